@@ -1,0 +1,94 @@
+package executor
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/task"
+)
+
+// Defaults for Config.
+const (
+	DefaultCapacity  = 16.0
+	DefaultAckWait   = 30 * time.Second
+	DefaultMaxBatch  = 256
+	DefaultIdleProbe = 5 * time.Second
+)
+
+// DefaultWeights are the pull weights of priorities p0…p5.
+var DefaultWeights = [task.Levels]int{40, 25, 15, 10, 6, 4}
+
+// Config configures an Executor. The zero value is usable.
+type Config struct {
+	// ID names this executor in task records. Default "executor-<host>-<pid>-<random>".
+	ID string
+	// Capabilities this executor serves; it receives only tasks routed to
+	// them. Default ["default"].
+	Capabilities []string
+	// Capacity in cost units: the executor pulls only while the summed
+	// estimated_cost of its running tasks is below it. Default 16.
+	Capacity float64
+	// Weights are the pull weights of p0…p5 (smooth weighted round robin
+	// across non-empty levels). Default 40/25/15/10/6/4.
+	Weights [task.Levels]int
+	// AckWait is how long a task may run without a heartbeat before it is
+	// redelivered to another executor. Shared by all executors of a
+	// capability (the last one to start sets it). Default 30s.
+	AckWait time.Duration
+	// Heartbeat is how often a running task's lease is extended. Default AckWait/3.
+	Heartbeat time.Duration
+	// MaxBatch bounds one pull. Default 256.
+	MaxBatch int
+	// IdleProbe is how often an idle executor re-checks its queues besides
+	// being woken by new work (it catches redeliveries). Default 5s.
+	IdleProbe time.Duration
+	// Logger receives structured logs. Default: disabled.
+	Logger *zerolog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		c.ID = fmt.Sprintf("executor-%s-%d-%s", host, os.Getpid(), nuid.Next()[16:])
+	}
+	if len(c.Capabilities) == 0 {
+		c.Capabilities = []string{task.DefaultCapability}
+	}
+	for _, capability := range c.Capabilities {
+		if !task.ValidCapability(capability) {
+			return c, fmt.Errorf("executor: invalid capability %q", capability)
+		}
+	}
+	if c.Capacity <= 0 {
+		c.Capacity = DefaultCapacity
+	}
+	if c.Weights == ([task.Levels]int{}) {
+		c.Weights = DefaultWeights
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.Heartbeat <= 0 || c.Heartbeat >= c.AckWait {
+		c.Heartbeat = c.AckWait / 3
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.IdleProbe <= 0 {
+		c.IdleProbe = DefaultIdleProbe
+	}
+	if c.Logger == nil {
+		l := zerolog.Nop()
+		c.Logger = &l
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}

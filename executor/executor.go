@@ -1,0 +1,211 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
+)
+
+// Executor pulls ready tasks of its capabilities and runs their handlers.
+// Register handlers with Handle before Start.
+type Executor struct {
+	cfg   Config
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   zerolog.Logger
+	store *store.Store
+
+	handlersMu sync.RWMutex
+	handlers   map[string]Handler
+
+	load *load
+
+	runningMu sync.Mutex
+	running   map[string]*execution // by task id
+
+	mu        sync.Mutex
+	stopFn    context.CancelFunc
+	pullers   sync.WaitGroup
+	runs      sync.WaitGroup
+	cancelSub *nats.Subscription
+}
+
+// New returns an executor that talks to NATS through nc.
+func New(nc *nats.Conn, cfg Config) (*Executor, error) {
+	if nc == nil {
+		return nil, errors.New("executor: nil NATS connection")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("executor: jetstream: %w", err)
+	}
+	return &Executor{
+		cfg: cfg, nc: nc, js: js,
+		log:      cfg.Logger.With().Str("executor", cfg.ID).Logger(),
+		handlers: make(map[string]Handler),
+		load:     newLoad(cfg.Capacity),
+		running:  make(map[string]*execution),
+	}, nil
+}
+
+// ID returns the executor's id as recorded in task records.
+func (e *Executor) ID() string { return e.cfg.ID }
+
+// Handle registers the handler for a task type, replacing any earlier one.
+func (e *Executor) Handle(taskType string, h Handler) {
+	e.handlersMu.Lock()
+	defer e.handlersMu.Unlock()
+	e.handlers[taskType] = h
+}
+
+// HandleFunc registers a function as the handler for a task type.
+func (e *Executor) HandleFunc(taskType string, f func(ctx context.Context, job *Job) (any, error)) {
+	e.Handle(taskType, HandlerFunc(f))
+}
+
+func (e *Executor) handler(taskType string) Handler {
+	e.handlersMu.RLock()
+	defer e.handlersMu.RUnlock()
+	return e.handlers[taskType]
+}
+
+// Start creates the ready consumers of its capabilities and starts pulling.
+func (e *Executor) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.stopFn != nil {
+		return nil
+	}
+	if err := topology.EnsureExists(ctx, e.js, topology.Options{}); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	st, err := store.New(ctx, e.js)
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	e.store = st
+	var pullers []*puller
+	for _, capability := range e.cfg.Capabilities {
+		p, err := e.newPuller(ctx, capability)
+		if err != nil {
+			return err
+		}
+		pullers = append(pullers, p)
+	}
+	sub, err := e.nc.Subscribe(subject.CancelSignalAll, func(m *nats.Msg) {
+		e.cancelRunning(subject.TaskIDFromCancelSignal(m.Subject))
+	})
+	if err != nil {
+		return fmt.Errorf("executor: subscribe to cancel signals: %w", err)
+	}
+	e.cancelSub = sub
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.stopFn = cancel
+	for _, p := range pullers {
+		e.pullers.Add(1)
+		go func() {
+			defer e.pullers.Done()
+			p.run(runCtx)
+		}()
+	}
+	e.log.Info().Strs("capabilities", e.cfg.Capabilities).Float64("capacity", e.cfg.Capacity).Msg("executor started")
+	return nil
+}
+
+// Stop stops pulling, then waits for running handlers to finish and report.
+// If ctx ends first, the remaining handlers are cancelled and their tasks
+// handed back for another executor, and Stop returns ctx's error.
+//
+// Order: stop fetching → drain in-flight handlers → flush reports → return.
+// The caller closes the NATS connection afterwards.
+func (e *Executor) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	cancel := e.stopFn
+	e.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	e.pullers.Wait()
+	done := make(chan struct{})
+	go func() { e.runs.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.abandonRunning()
+		<-done
+		err = fmt.Errorf("executor: stop: %w", ctx.Err())
+	}
+	if e.cancelSub != nil {
+		_ = e.cancelSub.Unsubscribe()
+	}
+	e.log.Info().Msg("executor stopped")
+	return err
+}
+
+// load tracks the summed estimated cost of running tasks against capacity.
+type load struct {
+	mu       sync.Mutex
+	capacity float64
+	inFlight float64
+	changed  chan struct{}
+}
+
+func newLoad(capacity float64) *load {
+	return &load{capacity: capacity, changed: make(chan struct{})}
+}
+
+// free blocks until in-flight cost is below capacity and returns how many
+// unit-cost tasks would fit (at least 1).
+func (l *load) free(ctx context.Context) (int, bool) {
+	for {
+		l.mu.Lock()
+		if l.inFlight < l.capacity {
+			n := int(math.Ceil(l.capacity - l.inFlight))
+			l.mu.Unlock()
+			return max(n, 1), true
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+func (l *load) add(cost float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight += cost
+	if cost < 0 {
+		if l.inFlight < 1e-9 {
+			l.inFlight = 0
+		}
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
+}
+
+// InFlight returns the summed estimated cost of the tasks running now.
+func (e *Executor) InFlight() float64 {
+	e.load.mu.Lock()
+	defer e.load.mu.Unlock()
+	return e.load.inFlight
+}

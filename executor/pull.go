@@ -1,0 +1,186 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/swrr"
+	"github.com/ax-run/ax/task"
+)
+
+// maxReadyAckPending bounds the tasks of one priority level that executors
+// of a capability hold at once.
+const maxReadyAckPending = 65536
+
+// puller pulls one capability's six priority levels by smooth weighted round
+// robin across the levels that have work.
+//
+// A pull round takes as many tasks as the free capacity allows: first one
+// probe of every level last seen empty (highest priority first), so work that
+// appears on an idle level — a P0 behind a P5 backlog — is taken in the next
+// round; then the rest is shared among levels with work by their weights.
+// When a round finds nothing the puller sleeps on a core subscription to
+// task.ready.<capability>.* (woken by the next publish) instead of polling,
+// re-checking every IdleProbe for redeliveries.
+type puller struct {
+	e          *Executor
+	capability string
+	levels     [task.Levels]jetstream.Consumer
+	picker     *swrr.Picker
+	empty      [task.Levels]bool
+
+	bell    *nats.Subscription
+	bellRng chan struct{}
+}
+
+func (e *Executor) newPuller(ctx context.Context, capability string) (*puller, error) {
+	p := &puller{e: e, capability: capability, picker: swrr.New(e.cfg.Weights[:]), bellRng: make(chan struct{}, 1)}
+	for lvl := range task.Levels {
+		cons, err := e.js.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
+			Durable:       subject.ReadyConsumer(capability, lvl),
+			FilterSubject: subject.Ready(capability, lvl),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       e.cfg.AckWait,
+			MaxAckPending: maxReadyAckPending,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("executor: ready consumer %s p%d: %w", capability, lvl, err)
+		}
+		p.levels[lvl] = cons
+	}
+	return p, nil
+}
+
+func (p *puller) run(ctx context.Context) {
+	defer p.sleepDone()
+	for ctx.Err() == nil {
+		n, ok := p.e.load.free(ctx)
+		if !ok {
+			return
+		}
+		n = min(n, p.e.cfg.MaxBatch)
+		got := p.round(ctx, n)
+		if got > 0 {
+			p.sleepDone()
+			continue
+		}
+		if p.bell == nil {
+			// Arm the doorbell, then look once more so a publish between
+			// the empty round and the subscription is not missed.
+			if p.arm() {
+				continue
+			}
+		}
+		p.sleep(ctx)
+	}
+}
+
+// round pulls up to n tasks and starts them; it returns how many it took.
+func (p *puller) round(ctx context.Context, n int) int {
+	got := 0
+	// Probe levels last seen empty, highest priority first.
+	for lvl := range task.Levels {
+		if n-got <= 0 {
+			break
+		}
+		if p.empty[lvl] {
+			k := p.fetch(ctx, lvl, 1)
+			got += k
+			p.empty[lvl] = k == 0
+		}
+	}
+	// Share the rest by weight among levels with work.
+	for pass := 0; pass < 3 && n-got > 0; pass++ {
+		var alloc [task.Levels]int
+		eligible := func(i int) bool { return !p.empty[i] }
+		for range n - got {
+			lvl := p.picker.Next(eligible)
+			if lvl < 0 {
+				break
+			}
+			alloc[lvl]++
+		}
+		took := 0
+		for lvl, want := range alloc {
+			if want == 0 {
+				continue
+			}
+			k := p.fetch(ctx, lvl, want)
+			took += k
+			if k < want {
+				p.empty[lvl] = true
+			}
+		}
+		got += took
+		if took == 0 {
+			break
+		}
+	}
+	return got
+}
+
+// fetch takes up to want tasks from a level without waiting and starts them.
+func (p *puller) fetch(ctx context.Context, lvl, want int) int {
+	batch, err := p.levels[lvl].FetchNoWait(want)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.e.log.Warn().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull failed")
+			time.Sleep(100 * time.Millisecond)
+		}
+		return 0
+	}
+	k := 0
+	for msg := range batch.Messages() {
+		k++
+		p.e.start(msg)
+	}
+	if err := batch.Error(); err != nil && ctx.Err() == nil {
+		p.e.log.Debug().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull ended early")
+	}
+	return k
+}
+
+func (p *puller) arm() bool {
+	sub, err := p.e.nc.Subscribe(subject.ReadyCapability(p.capability), func(*nats.Msg) {
+		select {
+		case p.bellRng <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		p.e.log.Warn().Err(err).Msg("cannot subscribe for new work; polling instead")
+		return false
+	}
+	p.bell = sub
+	return true
+}
+
+// sleep waits for the doorbell, the idle probe interval or the end.
+func (p *puller) sleep(ctx context.Context) {
+	t := time.NewTimer(p.e.cfg.IdleProbe)
+	defer t.Stop()
+	select {
+	case <-p.bellRng:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	p.empty = [task.Levels]bool{}
+}
+
+// sleepDone drops the doorbell once there is work again.
+func (p *puller) sleepDone() {
+	if p.bell != nil {
+		_ = p.bell.Unsubscribe()
+		p.bell = nil
+	}
+	select {
+	case <-p.bellRng:
+	default:
+	}
+}

@@ -1,0 +1,277 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// execution is a handler run in progress.
+type execution struct {
+	executionID string
+	cancel      context.CancelFunc
+	// cancelled: the task was cancelled; its outcome is not reported.
+	cancelled atomic.Bool
+	// abandoned: the executor is stopping; the task is handed back.
+	abandoned atomic.Bool
+}
+
+// start claims and runs a fetched dispatch in its own goroutine, counting
+// its cost against capacity until it is done.
+func (e *Executor) start(msg jetstream.Msg) {
+	var d task.Dispatch
+	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" {
+		e.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed dispatch")
+		_ = msg.Term()
+		return
+	}
+	cost := d.EstimatedCost
+	if cost <= 0 {
+		cost = task.DefaultEstimatedCost
+	}
+	e.load.add(cost)
+	e.runs.Add(1)
+	go func() {
+		defer e.runs.Done()
+		defer e.load.add(-cost)
+		e.execute(msg, d)
+	}()
+}
+
+func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
+	ctx := context.Background()
+	log := e.log.With().Str("task_id", d.ID).Str("execution_id", d.ExecutionID).Int("attempt", d.Attempt).Logger()
+	delivered := uint64(1)
+	if md, err := msg.Metadata(); err == nil {
+		delivered = md.NumDelivered
+	}
+	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
+	t, ok, err := e.claim(claimCtx, d, delivered)
+	cancelClaim()
+	if err != nil {
+		log.Warn().Err(err).Msg("claim failed; will retry")
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if !ok {
+		_ = msg.Ack() // cancelled, superseded or run elsewhere
+		return
+	}
+
+	ex := &execution{executionID: t.ExecutionID}
+	hctx, cancel := context.WithTimeout(ctx, t.Timeout.Std())
+	defer cancel()
+	ex.cancel = cancel
+	e.track(t.ID, ex)
+	defer e.untrack(t.ID, ex)
+
+	stopBeat := e.heartbeat(msg)
+	started := e.cfg.Now().UTC()
+	result, herr := e.call(hctx, t)
+	finished := e.cfg.Now().UTC()
+	stopBeat()
+
+	switch {
+	case ex.abandoned.Load():
+		log.Info().Msg("executor stopping: task handed back")
+		_ = msg.Nak()
+		return
+	case ex.cancelled.Load():
+		log.Info().Msg("task cancelled while running")
+		_ = msg.Ack()
+		return
+	}
+	if herr != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
+		herr = fmt.Errorf("execution timed out after %s: %w", t.Timeout.Std(), herr)
+	}
+	r := task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
+		Executor: e.cfg.ID, StartedAt: started, FinishedAt: finished, Status: task.OutcomeSucceeded}
+	if herr == nil {
+		r.Result, herr = encodeResult(result)
+	}
+	if herr != nil {
+		r.Status, r.Error = task.OutcomeFailed, herr.Error()
+		var perm *permanentError
+		var ra *retryAfterError
+		switch {
+		case errors.As(herr, &perm):
+			r.Permanent = true
+		case errors.As(herr, &ra):
+			d := task.Duration(ra.delay)
+			r.RetryAfter = &d
+		}
+	}
+	if err := e.report(r); err != nil {
+		log.Warn().Err(err).Msg("report not published; the task will be redelivered")
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		log.Debug().Err(err).Msg("ack failed after report; a redelivery will find the task done")
+	}
+}
+
+// claim moves the task to running, a compare-and-set against the revision
+// it was dispatched at. It returns ok=false when the task must not run: it
+// was cancelled, superseded by a newer dispatch, or is run by another
+// executor. A redelivered dispatch (delivered > 1) takes over a running
+// execution: its previous executor stopped heart-beating.
+func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (task.Task, bool, error) {
+	cur, rev := d.Task, d.Revision
+	for range 20 {
+		next := cur
+		now := e.cfg.Now().UTC()
+		next.State = task.Running
+		next.Executor = e.cfg.ID
+		next.StartedAt = &now
+		next.UpdatedAt = now
+		reason := "claimed by " + e.cfg.ID
+		if cur.State == task.Running {
+			reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", e.cfg.ID, cur.Executor, delivered)
+		}
+		next.Reason = reason
+		ev := task.Event{Kind: task.KindTransition, From: cur.State, To: task.Running, At: now, Actor: e.cfg.ID, Reason: reason, Task: next}
+		_, err := e.store.Write(ctx, ev, rev)
+		if err == nil {
+			return next, true, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return cur, false, err
+		}
+		if cur, rev, err = e.store.Get(ctx, d.ID); err != nil {
+			return cur, false, err
+		}
+		switch {
+		case cur.ExecutionID != d.ExecutionID:
+			return cur, false, nil
+		case cur.State == task.Ready:
+		case cur.State == task.Running && delivered > 1:
+		default:
+			return cur, false, nil
+		}
+	}
+	return cur, false, fmt.Errorf("claim %s: too many concurrent changes", d.ID)
+}
+
+// call runs the handler, turning a panic into an error.
+func (e *Executor) call(ctx context.Context, t task.Task) (result any, err error) {
+	h := e.handler(t.Type)
+	if h == nil {
+		return nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	job := &Job{ID: t.ID, Type: t.Type, Payload: t.Payload, Priority: t.Priority, Capability: t.Capability,
+		Attempt: t.Attempt, MaxRetries: t.MaxRetries, ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost}
+	return h.Handle(ctx, job)
+}
+
+func encodeResult(v any) (json.RawMessage, error) {
+	switch r := v.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		if json.Valid(r) {
+			return r, nil
+		}
+	case []byte:
+		if json.Valid(r) {
+			return r, nil
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode result: %w", err)
+	}
+	return b, nil
+}
+
+// heartbeat extends the dispatch's lease until the returned func is called.
+func (e *Executor) heartbeat(msg jetstream.Msg) func() {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(e.cfg.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := msg.InProgress(); err != nil {
+					e.log.Debug().Err(err).Msg("heartbeat failed")
+				}
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// report publishes an attempt's outcome, retrying through NATS outages for
+// up to the ack wait (after that the dispatch is redelivered anyway).
+func (e *Executor) report(r task.Report) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 50 * time.Millisecond
+	bo.MaxInterval = 2 * time.Second
+	bo.MaxElapsedTime = e.cfg.AckWait
+	return backoff.Retry(func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := e.js.Publish(ctx, subject.Completed(r.Type), data,
+			jetstream.WithMsgID("report-"+r.ExecutionID+"-"+e.cfg.ID))
+		return err
+	}, bo)
+}
+
+func (e *Executor) track(id string, ex *execution) {
+	e.runningMu.Lock()
+	defer e.runningMu.Unlock()
+	e.running[id] = ex
+}
+
+func (e *Executor) untrack(id string, ex *execution) {
+	e.runningMu.Lock()
+	defer e.runningMu.Unlock()
+	if e.running[id] == ex {
+		delete(e.running, id)
+	}
+}
+
+// cancelRunning cancels the handler of a task cancelled by the orchestrator.
+func (e *Executor) cancelRunning(id string) {
+	e.runningMu.Lock()
+	defer e.runningMu.Unlock()
+	if ex := e.running[id]; ex != nil {
+		ex.cancelled.Store(true)
+		ex.cancel()
+		e.log.Info().Str("task_id", id).Msg("cancelling running handler")
+	}
+}
+
+// abandonRunning cancels every running handler so their tasks go back to
+// the queue when the executor must stop before they finish.
+func (e *Executor) abandonRunning() {
+	e.runningMu.Lock()
+	defer e.runningMu.Unlock()
+	for _, ex := range e.running {
+		ex.abandoned.Store(true)
+		ex.cancel()
+	}
+}

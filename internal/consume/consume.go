@@ -1,0 +1,115 @@
+// Package consume runs a durable pull consumer: it keeps pull requests
+// outstanding (no busy polling), hands each message to a handler on a bounded
+// pool of workers, acks what was handled and naks with a growing delay what
+// failed, so a transient outage turns into redelivery rather than loss.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Handler processes one message. A nil error acks it; an error naks it with
+// a delay growing with the number of deliveries. Handlers must be idempotent:
+// a message can be delivered again after a crash.
+type Handler func(ctx context.Context, msg jetstream.Msg) error
+
+// Loop consumes one durable consumer.
+type Loop struct {
+	// Name appears in logs.
+	Name string
+	// Consumer to read from.
+	Consumer jetstream.Consumer
+	// Workers bounds concurrent handlers. Default 64.
+	Workers int
+	// Batch is how many messages are requested per pull. Default 256.
+	Batch int
+	// Handle is called for every message.
+	Handle Handler
+	// Log receives warnings about failed handlers.
+	Log zerolog.Logger
+}
+
+// Run consumes until ctx is cancelled, then stops pulling, finishes the
+// messages in hand and returns. It returns an error only if it cannot start.
+func (l *Loop) Run(ctx context.Context) error {
+	workers := l.Workers
+	if workers <= 0 {
+		workers = 64
+	}
+	batch := l.Batch
+	if batch <= 0 {
+		batch = 256
+	}
+	iter, err := l.Consumer.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(10*time.Second))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", l.Name, err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+		}
+		iter.Stop()
+	}()
+	defer close(stopped)
+
+	// Handlers get a context that outlives ctx so in-hand messages finish.
+	hctx := context.WithoutCancel(ctx)
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		msg, err := iter.Next()
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+				return nil
+			}
+			l.Log.Warn().Err(err).Str("consumer", l.Name).Msg("pull failed; retrying")
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			l.handle(hctx, msg)
+		}()
+	}
+}
+
+func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
+	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := l.Handle(hctx, msg)
+	if err == nil {
+		if err := msg.Ack(); err != nil {
+			l.Log.Warn().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).Msg("ack failed; message will be redelivered")
+		}
+		return
+	}
+	delivered := uint64(1)
+	if md, mdErr := msg.Metadata(); mdErr == nil {
+		delivered = md.NumDelivered
+	}
+	delay := NakDelay(delivered)
+	l.Log.Warn().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).
+		Uint64("deliveries", delivered).Dur("redeliver_in", delay).Msg("handler failed; will retry")
+	_ = msg.NakWithDelay(delay)
+}
+
+// NakDelay is the redelivery delay after the n-th failed delivery: 100ms,
+// doubling, capped at 10s.
+func NakDelay(n uint64) time.Duration {
+	d := 100 * time.Millisecond
+	for i := uint64(1); i < n && d < 10*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 10*time.Second)
+}

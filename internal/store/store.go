@@ -1,0 +1,144 @@
+// Package store reads and writes task histories in the AX_TASKS stream.
+//
+// Each task has one subject, ax.task.<id>. Every message on it is a
+// task.Event holding what happened and the full record after it, so a state
+// change and its audit entry are one atomic write. The stream sequence of the
+// last message is the task's revision; every write is a compare-and-set
+// against it (Nats-Expected-Last-Subject-Sequence), so two writers, or a
+// replayed message, can never apply the same transition twice.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Errors returned by Store.
+var (
+	// ErrNotFound means no task has that id.
+	ErrNotFound = errors.New("task not found")
+	// ErrConflict means the task changed since the revision the write expected.
+	ErrConflict = errors.New("task changed concurrently")
+)
+
+// Store reads and compare-and-set writes task histories.
+type Store struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+// New binds a Store to the AX_TASKS stream, which must exist.
+func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	st, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamTasks, err)
+	}
+	return &Store{js: js, stream: st}, nil
+}
+
+// Get returns a task's current record and revision.
+func (s *Store) Get(ctx context.Context, id string) (task.Task, uint64, error) {
+	ev, rev, err := s.Last(ctx, id)
+	if err != nil {
+		return task.Task{}, 0, err
+	}
+	return ev.Task, rev, nil
+}
+
+// Last returns a task's last event and revision.
+func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error) {
+	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return task.Event{}, 0, ErrNotFound
+		}
+		return task.Event{}, 0, fmt.Errorf("get task %s: %w", id, err)
+	}
+	var ev task.Event
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		return task.Event{}, 0, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
+	}
+	return ev, msg.Sequence, nil
+}
+
+// Write appends ev to its task's history if the task is still at revision
+// expected (0: the task must not exist yet). It returns the new revision, or
+// ErrConflict when the task moved on. The transition must be in the table.
+func (s *Store) Write(ctx context.Context, ev task.Event, expected uint64) (uint64, error) {
+	if ev.Kind == task.KindTransition && !task.CanTransition(ev.From, ev.To) {
+		return 0, &task.ErrInvalidTransition{From: ev.From, To: ev.To}
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return 0, fmt.Errorf("encode event for task %s: %w", ev.Task.ID, err)
+	}
+	ack, err := s.js.Publish(ctx, subject.Task(ev.Task.ID), data, jetstream.WithExpectLastSequencePerSubject(expected))
+	if err != nil {
+		if IsConflict(err) {
+			return 0, ErrConflict
+		}
+		return 0, fmt.Errorf("write task %s %s->%s: %w", ev.Task.ID, ev.From, ev.To, err)
+	}
+	return ack.Sequence, nil
+}
+
+// IsConflict reports whether err is a failed compare-and-set.
+func IsConflict(err error) bool {
+	if errors.Is(err, ErrConflict) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+// Revisioned is an event with its revision (stream sequence).
+type Revisioned struct {
+	Revision uint64
+	Event    task.Event
+}
+
+// History returns every event of a task in order.
+func (s *Store) History(ctx context.Context, id string) ([]Revisioned, error) {
+	_, last, err := s.Last(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject.Task(id)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read history of %s: %w", id, err)
+	}
+	var out []Revisioned
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return out, fmt.Errorf("read history of %s: %w", id, err)
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return out, fmt.Errorf("read history of %s: %w", id, err)
+		}
+		var ev task.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			return out, fmt.Errorf("decode history of %s at %d: %w", id, md.Sequence.Stream, err)
+		}
+		out = append(out, Revisioned{Revision: md.Sequence.Stream, Event: ev})
+		if md.Sequence.Stream >= last {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,150 @@
+// Package subject builds every stream, consumer, subject and header name AX
+// uses. Nothing else concatenates names; subjects.md is the human contract and
+// a test keeps the two in step.
+package subject
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Stream names.
+const (
+	StreamSubmit    = "AX_SUBMIT"
+	StreamReady     = "AX_READY"
+	StreamCompleted = "AX_COMPLETED"
+	StreamTasks     = "AX_TASKS"
+	StreamTimers    = "AX_TIMERS"
+	StreamCommands  = "AX_COMMANDS"
+	StreamDLQ       = "AX_DLQ"
+	StreamRejected  = "AX_REJECTED"
+)
+
+// Durable consumer names.
+const (
+	ConsumerSubmit    = "ax-orchestrator-submit"
+	ConsumerCompleted = "ax-orchestrator-completed"
+	ConsumerTimers    = "ax-orchestrator-timers"
+	ConsumerCommands  = "ax-orchestrator-commands"
+	ConsumerMirror    = "ax-mirror"
+)
+
+// Headers.
+const (
+	// HeaderMsgID is JetStream's de-duplication header.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderReplyTo names a core NATS subject where the orchestrator answers a command.
+	HeaderReplyTo = "Ax-Reply-To"
+	// HeaderSchedule, HeaderScheduleTarget are JetStream's message-schedule headers.
+	HeaderSchedule       = "Nats-Schedule"
+	HeaderScheduleTarget = "Nats-Schedule-Target"
+)
+
+// Wildcards and fixed subjects.
+const (
+	SubmitAll       = "task.submit.>"
+	GraphSubmit     = "task.graph.submit"
+	ReadyAll        = "task.ready.>"
+	CompletedAll    = "task.completed.>"
+	TaskAll         = "ax.task.>"
+	TimerAll        = "ax.timer.>"
+	FireAll         = "ax.fire.>"
+	CommandAll      = "ax.cmd.>"
+	DLQAll          = "ax.dlq.>"
+	RejectedAll     = "ax.rejected.>"
+	CancelSignalAll = "ax.signal.cancel.>"
+)
+
+const (
+	submitPrefix    = "task.submit."
+	readyPrefix     = "task.ready."
+	completedPrefix = "task.completed."
+	taskPrefix      = "ax.task."
+	dlqPrefix       = "ax.dlq."
+	rejectedPrefix  = "ax.rejected."
+	cancelPrefix    = "ax.signal.cancel."
+)
+
+// Submit is where a spec of type t is submitted.
+func Submit(taskType string) string { return submitPrefix + taskType }
+
+// TypeFromSubmit returns the task type of a task.submit.<type> subject.
+func TypeFromSubmit(subj string) (string, bool) {
+	t, ok := strings.CutPrefix(subj, submitPrefix)
+	return t, ok && t != ""
+}
+
+// Ready is the subject a ready task of a capability and priority goes to.
+func Ready(capability string, priority int) string {
+	return readyPrefix + capability + ".p" + strconv.Itoa(priority)
+}
+
+// ReadyCapability matches every priority level of a capability.
+func ReadyCapability(capability string) string { return readyPrefix + capability + ".*" }
+
+// ReadyConsumer is the durable pull consumer shared by the executors of a
+// capability for one priority level.
+func ReadyConsumer(capability string, priority int) string {
+	return fmt.Sprintf("ax-ready-%s-p%d", capability, priority)
+}
+
+// Completed is where executors report an attempt of a task type.
+func Completed(taskType string) string { return completedPrefix + taskType }
+
+// Task is the subject holding a task's history; its last message is its state.
+func Task(id string) string { return taskPrefix + id }
+
+// TaskID returns the id of an ax.task.<id> subject.
+func TaskID(subj string) string { return strings.TrimPrefix(subj, taskPrefix) }
+
+// TimerKind names what a timer does when it fires.
+type TimerKind string
+
+// Timer kinds.
+const (
+	TimerRetry TimerKind = "retry"
+)
+
+// Timer is the schedule subject of a task's timer of a kind (one per kind).
+func Timer(kind TimerKind, id string) string { return "ax.timer." + string(kind) + "." + id }
+
+// Fire is where a timer's message lands when it fires.
+func Fire(kind TimerKind, id string) string { return "ax.fire." + string(kind) + "." + id }
+
+// Command kinds sent to the orchestrator.
+const (
+	CommandCancel  = "cancel"
+	CommandRedrive = "redrive"
+)
+
+// Command is the subject of an operator command about a task.
+func Command(kind, id string) string { return "ax.cmd." + kind + "." + id }
+
+// ParseCommand splits an ax.cmd.<kind>.<id> subject.
+func ParseCommand(subj string) (kind, id string, ok bool) {
+	rest, ok := strings.CutPrefix(subj, "ax.cmd.")
+	if !ok {
+		return "", "", false
+	}
+	kind, id, ok = strings.Cut(rest, ".")
+	return kind, id, ok && id != ""
+}
+
+// DLQ is the dead-letter entry of a task.
+func DLQ(id string) string { return dlqPrefix + id }
+
+// Rejected is where a rejection of a submission with a known id is kept; an
+// empty id (unparseable input) gets a unique anonymous subject.
+func Rejected(id, unique string) string {
+	if id == "" {
+		return rejectedPrefix + "_." + unique
+	}
+	return rejectedPrefix + id
+}
+
+// CancelSignal tells the executor running a task to cancel its handler.
+func CancelSignal(id string) string { return cancelPrefix + id }
+
+// TaskIDFromCancelSignal returns the id of an ax.signal.cancel.<id> subject.
+func TaskIDFromCancelSignal(subj string) string { return strings.TrimPrefix(subj, cancelPrefix) }

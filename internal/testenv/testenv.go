@@ -1,0 +1,130 @@
+// Package testenv starts the real parts AX's tests run against: an embedded
+// NATS server with JetStream on a random port and a temporary store, and an
+// orchestrator, executor and client connected to it.
+package testenv
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
+)
+
+// Logger returns a logger for tests: silent unless AX_TEST_LOG is set.
+func Logger(t testing.TB) *zerolog.Logger {
+	l := zerolog.Nop()
+	if os.Getenv("AX_TEST_LOG") != "" {
+		l = zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
+	}
+	return &l
+}
+
+// NATS starts an embedded server with its store in a temp dir; it is shut
+// down when the test ends.
+func NATS(t testing.TB) *natsserver.Server {
+	t.Helper()
+	s, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Conn connects to url; the connection reconnects forever and is closed when
+// the test ends.
+func Conn(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Orchestrator starts an orchestrator on its own connection to url.
+func Orchestrator(t testing.TB, url string, cfg orchestrator.Config) *orchestrator.Orchestrator {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = Logger(t)
+	}
+	o, err := orchestrator.New(Conn(t, url), cfg)
+	if err != nil {
+		t.Fatalf("new orchestrator: %v", err)
+	}
+	if err := o.Start(context.Background()); err != nil {
+		t.Fatalf("start orchestrator: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = o.Stop(ctx)
+	})
+	return o
+}
+
+// Executor creates an executor on its own connection to url; register
+// handlers, then call Start (StartExecutor does both for tests that need none).
+func Executor(t testing.TB, url string, cfg executor.Config) *executor.Executor {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = Logger(t)
+	}
+	e, err := executor.New(Conn(t, url), cfg)
+	if err != nil {
+		t.Fatalf("new executor: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Stop(ctx)
+	})
+	return e
+}
+
+// Start starts e or fails the test.
+func Start(t testing.TB, e *executor.Executor) {
+	t.Helper()
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatalf("start executor: %v", err)
+	}
+}
+
+// Client returns an SDK client on its own connection to url.
+func Client(t testing.TB, url string) *sdk.Client {
+	t.Helper()
+	c, err := sdk.New(context.Background(), Conn(t, url))
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	return c
+}
+
+// Context returns a context that ends after d or with the test.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Eventually polls cond every 20ms until it returns true or d passes.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out after %s waiting for %s", d, what)
+}

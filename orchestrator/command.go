@@ -1,0 +1,144 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// handleCommand runs an operator command and answers the requester, if any.
+func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) error {
+	kind, id, ok := subject.ParseCommand(msg.Subject())
+	var req task.CommandRequest
+	if len(msg.Data()) > 0 {
+		if err := json.Unmarshal(msg.Data(), &req); err != nil {
+			return o.reply(msg, task.CommandReply{Error: "malformed command: " + err.Error()})
+		}
+	}
+	var t task.Task
+	var err error
+	switch {
+	case !ok:
+		err = fmt.Errorf("malformed command subject %q", msg.Subject())
+	case kind == subject.CommandCancel:
+		t, err = o.cancel(ctx, id, req.Reason)
+	case kind == subject.CommandRedrive:
+		t, err = o.redrive(ctx, id, req.Reason)
+	default:
+		err = fmt.Errorf("unknown command %q", kind)
+	}
+	if err != nil && !errors.Is(err, errCommand) {
+		return err // transient: retry
+	}
+	rep := task.CommandReply{OK: err == nil}
+	if err != nil {
+		rep.Error = err.Error()
+	}
+	if t.ID != "" {
+		rep.Task = &t
+	}
+	return o.reply(msg, rep)
+}
+
+// errCommand marks a command that cannot be carried out (as opposed to a
+// transient failure, which is retried).
+var errCommand = errors.New("command refused")
+
+func (o *Orchestrator) reply(msg jetstream.Msg, rep task.CommandReply) error {
+	to := msg.Headers().Get(subject.HeaderReplyTo)
+	if to == "" {
+		return nil
+	}
+	data, _ := json.Marshal(rep)
+	if err := o.nc.Publish(to, data); err != nil {
+		o.log.Warn().Err(err).Msg("command reply not sent")
+	}
+	return nil
+}
+
+// cancel ends a task that has not finished. A running task's handler is
+// told to stop through the cancel signal.
+func (o *Orchestrator) cancel(ctx context.Context, id, reason string) (task.Task, error) {
+	if reason == "" {
+		reason = "cancelled by request"
+	}
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return t, fmt.Errorf("%w: task %s not found", errCommand, id)
+		}
+		if err != nil {
+			return t, err
+		}
+		if t.State.Terminal() {
+			return t, fmt.Errorf("%w: task %s is already %s", errCommand, id, t.State)
+		}
+		next := t
+		next.State = task.Cancelled
+		now := o.now()
+		next.FinishedAt = &now
+		newRev, err := o.write(ctx, t, rev, next, reason)
+		if err == nil {
+			return next, o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return t, err
+		}
+	}
+	return task.Task{}, fmt.Errorf("cancel %s: too many concurrent changes", id)
+}
+
+// redrive starts a fresh attempt series for a failed task and removes its
+// dead-letter entry. Dependents cancelled by the failure stay cancelled.
+func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Task, error) {
+	if reason == "" {
+		reason = "re-driven from the dead-letter queue"
+	}
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return t, fmt.Errorf("%w: task %s not found", errCommand, id)
+		}
+		if err != nil {
+			return t, err
+		}
+		if t.State == task.Ready && t.Redrives > 0 {
+			// A replayed redrive: make sure the dispatch happened.
+			if err := o.dispatch(ctx, t, rev); err != nil {
+				return t, err
+			}
+		}
+		if t.State != task.Failed {
+			return t, fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
+		}
+		next := o.readyNext(t, 1)
+		next.Errors = nil
+		next.Result = nil
+		next.Redrives++
+		newRev, err := o.write(ctx, t, rev, next, reason)
+		if err == nil {
+			if err := o.dispatch(ctx, next, newRev); err != nil {
+				return next, err
+			}
+			dlq, err := o.js.Stream(ctx, subject.StreamDLQ)
+			if err == nil {
+				err = dlq.Purge(ctx, jetstream.WithPurgeSubject(subject.DLQ(id)))
+			}
+			if err != nil {
+				o.log.Warn().Err(err).Str("task_id", id).Msg("re-driven, but its dead-letter entry was not removed")
+			}
+			return next, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return t, err
+		}
+	}
+	return task.Task{}, fmt.Errorf("redrive %s: too many concurrent changes", id)
+}

@@ -1,0 +1,77 @@
+package orchestrator
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/internal/retry"
+	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/task"
+)
+
+// Defaults for Config.
+const (
+	DefaultWorkers = 64
+	DefaultBatch   = 256
+	DefaultAckWait = time.Minute
+)
+
+// Config configures an Orchestrator. The zero value is usable.
+type Config struct {
+	// NodeID names this orchestrator in the audit trail. Default "orchestrator-<host>-<pid>".
+	NodeID string
+	// Retry is the backoff policy for failed attempts. Defaults: 1s base, ×2,
+	// 10m cap, 0–50 % jitter.
+	Retry retry.Policy
+	// MaxPayload is the largest accepted payload in bytes. Default 256 KiB.
+	MaxPayload int
+	// Workers bounds concurrently handled messages per consumer. Default 64.
+	Workers int
+	// Batch is the pull batch size. Default 256.
+	Batch int
+	// AckWait is how long a message may be in hand before it is redelivered
+	// to another orchestrator. Default 1m.
+	AckWait time.Duration
+	// Topology tunes the streams created at start.
+	Topology topology.Options
+	// Logger receives structured logs. Default: disabled.
+	Logger *zerolog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Random returns uniform numbers in [0,1) for retry jitter. Default math/rand/v2.
+	Random func() float64
+}
+
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		host, _ := os.Hostname()
+		c.NodeID = fmt.Sprintf("orchestrator-%s-%d", host, os.Getpid())
+	}
+	c.Retry = c.Retry.WithDefaults()
+	if c.MaxPayload <= 0 {
+		c.MaxPayload = task.DefaultMaxPayload
+	}
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.Batch <= 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.Logger == nil {
+		l := zerolog.Nop()
+		c.Logger = &l
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Random == nil {
+		c.Random = randFloat
+	}
+	return c
+}

@@ -1,0 +1,264 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// maxCASRetries bounds compare-and-set loops on one task.
+const maxCASRetries = 50
+
+// write records the transition cur → next (next.State is the target) with a
+// compare-and-set against rev and returns the new revision.
+func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, next task.Task, reason string) (uint64, error) {
+	now := o.now()
+	next.UpdatedAt = now
+	next.Reason = reason
+	ev := task.Event{Kind: task.KindTransition, From: cur.State, To: next.State, At: now, Actor: o.cfg.NodeID, Reason: reason, Task: next}
+	if rev == 0 {
+		ev.From = ""
+	}
+	return o.store.Write(ctx, ev, rev)
+}
+
+// ensureEffects makes sure everything that follows from a task being in its
+// current state has happened. Every step is idempotent.
+func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint64) error {
+	switch t.State {
+	case task.Waiting:
+		return o.resolveWaiting(ctx, t, rev, true)
+	case task.Ready:
+		return o.dispatch(ctx, t, rev)
+	case task.Retrying:
+		return o.armRetry(ctx, t)
+	case task.Succeeded:
+		return o.releaseDependents(ctx, t)
+	case task.Failed:
+		if err := o.deadLetter(ctx, t); err != nil {
+			return err
+		}
+		return o.cancelDependents(ctx, t)
+	case task.Cancelled, task.Expired:
+		// Tell a handler that may still run it; nobody listening is fine.
+		if err := o.nc.Publish(subject.CancelSignal(t.ID), nil); err != nil {
+			return fmt.Errorf("signal cancel of %s: %w", t.ID, err)
+		}
+		if err := o.cancelTimer(ctx, subject.TimerRetry, t.ID); err != nil {
+			return err
+		}
+		return o.cancelDependents(ctx, t)
+	}
+	return nil
+}
+
+// dispatch publishes a ready task to its capability and priority subject,
+// de-duplicated by execution id.
+func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
+	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev})
+	if err != nil {
+		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
+	}
+	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.Priority), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
+		return fmt.Errorf("dispatch %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// readyNext returns t prepared for a new dispatch (attempt n).
+func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
+	now := o.now()
+	t.State = task.Ready
+	t.Attempt = attempt
+	t.ExecutionID = nuid.Next()
+	t.Executor = ""
+	t.RetryAt = nil
+	t.StartedAt = nil
+	t.FinishedAt = nil
+	t.ReadyAt = &now
+	return t
+}
+
+// resolveWaiting decides a waiting task: cancel it if an upstream did not
+// succeed, release it when all did, leave it otherwise. With register, it
+// first records itself as a dependent of each upstream: that write and the
+// upstream's own completion are compare-and-sets on the same subject, so
+// one of them always sees the other and the task is never forgotten.
+func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint64, register bool) error {
+	for range maxCASRetries {
+		allSucceeded := true
+		var blocker string
+		var blockerState task.State
+		for _, dep := range t.DependsOn {
+			var st task.State
+			var err error
+			if register {
+				st, err = o.registerDependent(ctx, dep, t.ID)
+			} else {
+				var up task.Task
+				up, _, err = o.store.Get(ctx, dep)
+				st = up.State
+			}
+			if err != nil {
+				return fmt.Errorf("resolve %s: upstream %s: %w", t.ID, dep, err)
+			}
+			switch st {
+			case task.Succeeded:
+			case task.Failed, task.Cancelled, task.Expired:
+				blocker, blockerState = dep, st
+			default:
+				allSucceeded = false
+			}
+			if blocker != "" {
+				break
+			}
+		}
+		var next task.Task
+		var reason string
+		switch {
+		case blocker != "":
+			next = t
+			next.State = task.Cancelled
+			now := o.now()
+			next.FinishedAt = &now
+			reason = fmt.Sprintf("upstream %s is %s", blocker, blockerState)
+		case allSucceeded:
+			next = o.readyNext(t, 1)
+			reason = "dependencies succeeded"
+		default:
+			return nil
+		}
+		newRev, err := o.write(ctx, t, rev, next, reason)
+		if err == nil {
+			return o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		// Someone else moved it: re-read and act on what it is now.
+		if t, rev, err = o.store.Get(ctx, t.ID); err != nil {
+			return err
+		}
+		if t.State != task.Waiting {
+			if t.State == task.Ready {
+				return o.dispatch(ctx, t, rev)
+			}
+			return nil
+		}
+		register = false
+	}
+	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
+}
+
+// registerDependent adds child to up's dependents (once) and returns up's
+// state at that moment.
+func (o *Orchestrator) registerDependent(ctx context.Context, up, child string) (task.State, error) {
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, up)
+		if err != nil {
+			return "", err
+		}
+		if slices.Contains(t.Dependents, child) {
+			return t.State, nil
+		}
+		t.Dependents = append(t.Dependents, child)
+		t.UpdatedAt = o.now()
+		ev := task.Event{Kind: task.KindDependentAdded, From: t.State, To: t.State, At: t.UpdatedAt,
+			Actor: o.cfg.NodeID, Reason: "dependent " + child + " added", Task: t}
+		_, err = o.store.Write(ctx, ev, rev)
+		if err == nil {
+			return t.State, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("register dependent %s on %s: too many concurrent changes", child, up)
+}
+
+// releaseDependents re-evaluates the waiting dependents of a succeeded task.
+func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error {
+	for _, id := range t.Dependents {
+		child, rev, err := o.store.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
+		}
+		switch child.State {
+		case task.Waiting:
+			if err := o.resolveWaiting(ctx, child, rev, false); err != nil {
+				return err
+			}
+		case task.Ready:
+			// Released earlier; its dispatch may not have been published.
+			if err := o.dispatch(ctx, child, rev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cancelDependents cancels, transitively, every dependent of a task that did
+// not succeed.
+func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error {
+	for _, id := range t.Dependents {
+		if err := o.cancelBecauseUpstream(ctx, id, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up task.Task) error {
+	for range maxCASRetries {
+		child, rev, err := o.store.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
+		}
+		if child.State.Terminal() {
+			if child.State == task.Cancelled || child.State == task.Failed || child.State == task.Expired {
+				// Finish a cascade a crash may have interrupted.
+				return o.cancelDependents(ctx, child)
+			}
+			return nil
+		}
+		next := child
+		next.State = task.Cancelled
+		now := o.now()
+		next.FinishedAt = &now
+		newRev, err := o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
+		if err == nil {
+			return o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("cancel dependent %s: too many concurrent changes", id)
+}
+
+// deadLetter writes the dead-letter entry of a failed task (one per task:
+// the DLQ stream keeps one message per subject, so a replay overwrites).
+func (o *Orchestrator) deadLetter(ctx context.Context, t task.Task) error {
+	at := o.now()
+	if t.FinishedAt != nil {
+		at = *t.FinishedAt
+	}
+	data, err := json.Marshal(task.DeadLetter{Spec: t.Spec, Attempts: t.Errors, Reason: t.Reason, FailedAt: at, Redrives: t.Redrives})
+	if err != nil {
+		return fmt.Errorf("encode dead letter of %s: %w", t.ID, err)
+	}
+	if _, err := o.js.Publish(ctx, subject.DLQ(t.ID), data); err != nil {
+		return fmt.Errorf("dead-letter %s: %w", t.ID, err)
+	}
+	return nil
+}

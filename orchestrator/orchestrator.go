@@ -1,0 +1,139 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
+)
+
+func randFloat() float64 { return rand.Float64() }
+
+// Orchestrator runs the orchestrator's consumers. Create it with New, then
+// Start and Stop it; both are idempotent.
+type Orchestrator struct {
+	cfg   Config
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   zerolog.Logger
+	store *store.Store
+	// timers is the AX_TIMERS stream, for cancelling pending timers.
+	timers jetstream.Stream
+
+	mu     sync.Mutex
+	stopFn context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns an orchestrator that talks to NATS through nc. It does not
+// connect to anything until Start.
+func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
+	if nc == nil {
+		return nil, errors.New("orchestrator: nil NATS connection")
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
+	}
+	return &Orchestrator{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
+}
+
+// Start creates the topology and consumers and starts consuming. It returns
+// once everything is set up; the work goes on until Stop.
+func (o *Orchestrator) Start(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopFn != nil {
+		return nil
+	}
+	if err := topology.Ensure(ctx, o.js, o.cfg.Topology); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	st, err := store.New(ctx, o.js)
+	if err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	o.store = st
+	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
+		return fmt.Errorf("orchestrator: bind timers: %w", err)
+	}
+
+	loops := []struct {
+		stream, consumer, filter string
+		handle                   consume.Handler
+	}{
+		{subject.StreamSubmit, subject.ConsumerSubmit, "", o.handleSubmit},
+		{subject.StreamCompleted, subject.ConsumerCompleted, "", o.handleReport},
+		{subject.StreamTimers, subject.ConsumerTimers, subject.FireAll, o.handleFire},
+		{subject.StreamCommands, subject.ConsumerCommands, "", o.handleCommand},
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var runners []*consume.Loop
+	for _, l := range loops {
+		cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+			Durable:       l.consumer,
+			FilterSubject: l.filter,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       o.cfg.AckWait,
+			MaxAckPending: 4 * o.cfg.Batch * o.cfg.Workers / 16,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			cancel()
+			return fmt.Errorf("orchestrator: consumer %s: %w", l.consumer, err)
+		}
+		runners = append(runners, &consume.Loop{
+			Name: l.consumer, Consumer: cons, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
+			Handle: l.handle, Log: o.log,
+		})
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Run(runCtx); err != nil {
+				o.log.Error().Err(err).Str("consumer", r.Name).Msg("consumer stopped")
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	o.stopFn, o.done = cancel, done
+	o.log.Info().Msg("orchestrator started")
+	return nil
+}
+
+// Stop stops pulling, finishes the messages in hand and returns when done or
+// when ctx ends. Messages not finished are redelivered to another
+// orchestrator (or this one after a restart).
+func (o *Orchestrator) Stop(ctx context.Context) error {
+	o.mu.Lock()
+	cancel, done := o.stopFn, o.done
+	o.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+		o.log.Info().Msg("orchestrator stopped")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("orchestrator: stop: %w", ctx.Err())
+	}
+}
+
+func (o *Orchestrator) now() time.Time { return o.cfg.Now().UTC() }

@@ -1,0 +1,95 @@
+package orchestrator_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+func TestSubmitRunSucceed(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("echo", func(ctx context.Context, j *executor.Job) (any, error) {
+		return j.Payload, nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 20*time.Second)
+
+	id, err := c.Submit(ctx, task.Spec{Type: "echo", Payload: []byte(`{"n":1}`), Priority: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != task.Succeeded || string(got.Result) != `{"n":1}` || got.Attempt != 1 || got.Executor != ex.ID() {
+		t.Fatalf("got %+v", got)
+	}
+	h, err := c.History(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var path []task.State
+	for _, ev := range h {
+		path = append(path, ev.Event.To)
+	}
+	want := []task.State{task.Ready, task.Running, task.Succeeded}
+	if len(path) != len(want) {
+		t.Fatalf("history %v, want %v", path, want)
+	}
+	for i := range want {
+		if path[i] != want[i] {
+			t.Fatalf("history %v, want %v", path, want)
+		}
+	}
+}
+
+func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	fail := true
+	ex.HandleFunc("flaky", func(ctx context.Context, j *executor.Job) (any, error) {
+		if fail {
+			return nil, errors.New("boom")
+		}
+		return "ok", nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	id, err := c.Submit(ctx, task.Spec{Type: "flaky", MaxRetries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != task.Failed || got.Attempt != 3 || len(got.Errors) != 3 {
+		t.Fatalf("got %+v", got)
+	}
+	dls, err := c.DeadLetters(ctx)
+	if err != nil || len(dls) != 1 || dls[0].Spec.ID != id || len(dls[0].Attempts) != 3 {
+		t.Fatalf("dead letters %+v, %v", dls, err)
+	}
+	fail = false
+	if _, err := c.Redrive(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.Wait(ctx, id)
+	if err != nil || got.State != task.Succeeded || got.Redrives != 1 || got.Attempt != 1 {
+		t.Fatalf("after redrive: %+v, %v", got, err)
+	}
+}

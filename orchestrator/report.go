@@ -1,0 +1,89 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/task"
+)
+
+// handleReport applies an executor's report of an attempt.
+func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) error {
+	var r task.Report
+	if err := json.Unmarshal(msg.Data(), &r); err != nil || r.ID == "" || r.ExecutionID == "" {
+		o.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed report")
+		return nil
+	}
+	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed {
+		o.log.Warn().Str("task_id", r.ID).Str("status", string(r.Status)).Msg("dropping report with unknown status")
+		return nil
+	}
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, r.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			o.log.Warn().Str("task_id", r.ID).Msg("dropping report for unknown task")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if t.ExecutionID != r.ExecutionID {
+			o.log.Info().Str("task_id", r.ID).Str("execution_id", r.ExecutionID).
+				Str("current_execution_id", t.ExecutionID).Msg("ignoring result of a superseded attempt")
+			return nil
+		}
+		if t.State != task.Running {
+			// Already applied (a redelivered report) or the task was
+			// cancelled meanwhile: make sure the effects happened.
+			return o.ensureEffects(ctx, t, rev)
+		}
+		next, reason := o.outcome(t, r)
+		newRev, err := o.write(ctx, t, rev, next, reason)
+		if err == nil {
+			return o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("apply report of %s: too many concurrent changes", r.ID)
+}
+
+// outcome computes a running task's next record from a report.
+func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
+	now := o.now()
+	if t.StartedAt == nil && !r.StartedAt.IsZero() {
+		t.StartedAt = &r.StartedAt
+	}
+	if r.Status == task.OutcomeSucceeded {
+		t.State = task.Succeeded
+		t.Result = r.Result
+		t.FinishedAt = &now
+		return t, fmt.Sprintf("attempt %d succeeded", t.Attempt)
+	}
+	t.Errors = append(t.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: r.Error, At: now})
+	switch {
+	case r.Permanent:
+		t.State = task.Failed
+		t.FinishedAt = &now
+		return t, fmt.Sprintf("attempt %d failed permanently: %s", t.Attempt, r.Error)
+	case t.Attempt > t.MaxRetries:
+		t.State = task.Failed
+		t.FinishedAt = &now
+		return t, fmt.Sprintf("retries exhausted after %d attempts: %s", t.Attempt, r.Error)
+	}
+	delay := o.cfg.Retry.Delay(t.Attempt, o.cfg.Random())
+	if r.RetryAfter != nil && *r.RetryAfter > 0 {
+		delay = r.RetryAfter.Std()
+	}
+	at := now.Add(delay)
+	t.State = task.Retrying
+	t.RetryAt = &at
+	return t, fmt.Sprintf("attempt %d failed: %s; retry in %s", t.Attempt, r.Error, delay.Round(time.Millisecond))
+}

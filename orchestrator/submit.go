@@ -1,0 +1,221 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// rejectInputLimit bounds how much of a rejected input is kept.
+const rejectInputLimit = 4096
+
+// errRejected wraps the reason a submission is refused.
+type errRejected struct{ reason error }
+
+func (e errRejected) Error() string { return e.reason.Error() }
+
+func reject(format string, args ...any) error { return errRejected{fmt.Errorf(format, args...)} }
+
+// handleSubmit creates a task from task.submit.<type>, or a graph of them
+// from task.graph.submit.
+func (o *Orchestrator) handleSubmit(ctx context.Context, msg jetstream.Msg) error {
+	if msg.Subject() == subject.GraphSubmit {
+		return o.handleGraph(ctx, msg)
+	}
+	spec, err := o.decodeSubmission(msg)
+	if err == nil {
+		err = o.create(ctx, spec, nil)
+	}
+	var rej errRejected
+	if errors.As(err, &rej) {
+		return o.reject(ctx, spec.ID, msg, rej.reason)
+	}
+	return err
+}
+
+// decodeSubmission parses and validates a single submission.
+func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
+	typ, _ := subject.TypeFromSubmit(msg.Subject())
+	spec, err := task.DecodeSpec(msg.Data())
+	if err != nil {
+		return spec, errRejected{err}
+	}
+	switch {
+	case spec.Type == "":
+		spec.Type = typ
+	case spec.Type != typ:
+		return spec, reject("type %q does not match the subject's type %q", spec.Type, typ)
+	}
+	if spec.ID == "" {
+		spec.ID = derivedID(msg)
+	}
+	if err := spec.Validate(o.cfg.MaxPayload); err != nil {
+		return spec, errRejected{err}
+	}
+	return spec, nil
+}
+
+// derivedID gives a submission without an id a sortable id that is the same
+// on every redelivery of that message (its stream sequence is the entropy).
+func derivedID(msg jetstream.Msg) string {
+	md, err := msg.Metadata()
+	if err != nil {
+		return task.NewID()
+	}
+	var entropy [10]byte
+	seq := md.Sequence.Stream
+	for i := 9; i >= 2; i-- {
+		entropy[i] = byte(seq)
+		seq >>= 8
+	}
+	var id ulid.ULID
+	_ = id.SetTime(ulid.Timestamp(md.Timestamp))
+	_ = id.SetEntropy(entropy[:])
+	return id.String()
+}
+
+// handleGraph creates every task of a graph in dependency order. The graph
+// is validated as a whole first (a cycle or an unknown dependency rejects it
+// all); creation is idempotent, so a redelivered graph completes the set.
+func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error {
+	g, err := task.DecodeGraph(msg.Data())
+	if err != nil {
+		return o.reject(ctx, "", msg, err)
+	}
+	sorted, err := g.Sorted(o.cfg.MaxPayload)
+	if err != nil {
+		return o.rejectGraph(ctx, g, msg, err)
+	}
+	inGraph := make(map[string]bool, len(sorted))
+	for _, s := range sorted {
+		inGraph[s.ID] = true
+	}
+	for _, s := range sorted {
+		if err := o.create(ctx, s, inGraph); err != nil {
+			var rej errRejected
+			if errors.As(err, &rej) {
+				return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: %w", s.ID, rej.reason))
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstream.Msg, reason error) error {
+	if len(g.Tasks) == 0 {
+		return o.reject(ctx, "", msg, reason)
+	}
+	for _, s := range g.Tasks {
+		if task.ValidID(s.ID) {
+			if err := o.reject(ctx, s.ID, msg, fmt.Errorf("graph rejected: %w", reason)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// create makes a new task unless one with its id exists (idempotent submit),
+// then ensures the effects of whatever state the task is in. Dependencies
+// must exist unless they are in known (the rest of the same graph).
+func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[string]bool) error {
+	now := o.now()
+	t := task.Task{Spec: spec, SubmittedAt: now}
+	if len(spec.DependsOn) == 0 {
+		t = o.readyNext(t, 1)
+	} else {
+		existing, rev, err := o.store.Get(ctx, spec.ID)
+		if err == nil {
+			return o.duplicate(ctx, spec, existing, rev)
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		for _, dep := range spec.DependsOn {
+			if known[dep] {
+				continue
+			}
+			if _, _, err := o.store.Get(ctx, dep); err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					return reject("depends_on: unknown task %q", dep)
+				}
+				return err
+			}
+		}
+		t.State = task.Waiting
+	}
+	rev, err := o.write(ctx, task.Task{}, 0, t, "submitted")
+	if errors.Is(err, store.ErrConflict) {
+		existing, rev, err := o.store.Get(ctx, spec.ID)
+		if err != nil {
+			return err
+		}
+		return o.duplicate(ctx, spec, existing, rev)
+	}
+	if err != nil {
+		return err
+	}
+	o.log.Debug().Str("task_id", t.ID).Str("state", string(t.State)).Msg("task created")
+	return o.ensureEffects(ctx, t, rev)
+}
+
+// duplicate handles a submission whose id already exists: the first one
+// wins; the effects of its state are ensured in case this is a redelivery
+// after a crash.
+func (o *Orchestrator) duplicate(ctx context.Context, spec task.Spec, existing task.Task, rev uint64) error {
+	if !reflect.DeepEqual(normalized(spec), normalized(existing.Spec)) {
+		o.log.Warn().Str("task_id", spec.ID).Msg("duplicate submission with a different spec ignored; the first one stands")
+	}
+	return o.ensureEffects(ctx, existing, rev)
+}
+
+func normalized(s task.Spec) task.Spec {
+	if len(s.Payload) > 0 {
+		var v any
+		if json.Unmarshal(s.Payload, &v) == nil {
+			s.Payload, _ = json.Marshal(v)
+		}
+	}
+	if len(s.DependsOn) == 0 {
+		s.DependsOn = nil
+	}
+	return s
+}
+
+// reject records why a submission was refused on ax.rejected.<id> and logs
+// it. It never fails the message for a bad input: only a NATS error does.
+func (o *Orchestrator) reject(ctx context.Context, id string, msg jetstream.Msg, reason error) error {
+	if id != "" && !task.ValidID(id) {
+		id = ""
+	}
+	input := msg.Data()
+	if len(input) > rejectInputLimit {
+		input = input[:rejectInputLimit]
+	}
+	in := string(input)
+	if !utf8.ValidString(in) {
+		in = fmt.Sprintf("%q", input)
+	}
+	r := task.Rejection{ID: id, Subject: msg.Subject(), Reason: reason.Error(), Input: in, RejectedAt: o.now()}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode rejection: %w", err)
+	}
+	o.log.Warn().Str("task_id", id).Str("subject", msg.Subject()).Str("reason", r.Reason).Msg("submission rejected")
+	if _, err := o.js.Publish(ctx, subject.Rejected(id, nuid.Next()), data); err != nil {
+		return fmt.Errorf("record rejection: %w", err)
+	}
+	return nil
+}

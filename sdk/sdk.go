@@ -1,0 +1,322 @@
+// Package sdk is AX's client: submit tasks and graphs, read their state and
+// history, wait for them to end, cancel them, and manage the dead-letter
+// queue. Handlers run in the executor package.
+//
+//	c, _ := sdk.Connect("nats://127.0.0.1:4222")
+//	defer c.Close()
+//	id, _ := c.Submit(ctx, task.Spec{Type: "email.send", Payload: []byte(`{"to":"a@b.c"}`)})
+//	t, _ := c.Wait(ctx, id)
+//	fmt.Println(t.State)
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/task"
+)
+
+// ErrNotFound means no task (and no rejection) has that id.
+var ErrNotFound = errors.New("task not found")
+
+// RejectedError is returned for a submission the orchestrator refused.
+type RejectedError struct {
+	Rejection task.Rejection
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("task %s rejected: %s", e.Rejection.ID, e.Rejection.Reason)
+}
+
+// Client talks to AX through NATS. It is safe for concurrent use.
+type Client struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	store    *store.Store
+	ownsConn bool
+	// MaxPayload is checked client-side before submitting. Default 256 KiB.
+	MaxPayload int
+}
+
+// Connect dials NATS at url and returns a client that closes the connection
+// on Close.
+func Connect(ctx context.Context, url string, opts ...nats.Option) (*Client, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ax-sdk"), nats.MaxReconnects(-1)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	c, err := New(ctx, nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.ownsConn = true
+	return c, nil
+}
+
+// New returns a client on an existing connection, creating AX's streams if
+// they do not exist yet.
+func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	if err := topology.EnsureExists(ctx, js, topology.Options{}); err != nil {
+		return nil, err
+	}
+	st, err := store.New(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, js: js, store: st}, nil
+}
+
+// Close closes the connection if the client opened it.
+func (c *Client) Close() {
+	if c.ownsConn {
+		c.nc.Close()
+	}
+}
+
+// Conn returns the client's NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// prepare fills defaults and an id, and validates a spec.
+func (c *Client) prepare(s *task.Spec) error {
+	if s.ID == "" {
+		s.ID = task.NewID()
+	}
+	s.Normalize()
+	if err := s.Validate(c.MaxPayload); err != nil {
+		return fmt.Errorf("invalid task %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// Submit validates spec, fills its defaults and id (a sortable unique id when
+// empty) and publishes it on task.submit.<type>. It returns once JetStream
+// has stored the submission: the task will not be lost. Submitting an id
+// again never creates a second task. Priority and MaxRetries are used as
+// given (0 is the highest priority; set DefaultPriority explicitly).
+func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
+	if err := c.prepare(&spec); err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
+	}
+	if _, err := c.js.Publish(ctx, subject.Submit(spec.Type), data, jetstream.WithMsgID(spec.ID)); err != nil {
+		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
+	}
+	return spec.ID, nil
+}
+
+// SubmitGraph submits several tasks with their edges (depends_on) at once:
+// the orchestrator validates the whole graph (cycles, unknown dependencies)
+// and creates all of it or rejects all of it. It returns the ids in order.
+func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, error) {
+	ids := make([]string, len(specs))
+	for i := range specs {
+		if err := c.prepare(&specs[i]); err != nil {
+			return nil, err
+		}
+		ids[i] = specs[i].ID
+	}
+	g := task.Graph{Tasks: specs}
+	if _, err := g.Sorted(c.MaxPayload); err != nil {
+		return nil, fmt.Errorf("invalid graph: %w", err)
+	}
+	data, err := json.Marshal(g)
+	if err != nil {
+		return nil, fmt.Errorf("encode graph: %w", err)
+	}
+	if _, err := c.js.Publish(ctx, subject.GraphSubmit, data, jetstream.WithMsgID("graph-"+ids[0])); err != nil {
+		return nil, fmt.Errorf("submit graph: %w", err)
+	}
+	return ids, nil
+}
+
+// Get returns a task's current record. A submission that was refused gives
+// a *RejectedError; an unknown id ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (*task.Task, error) {
+	t, _, err := c.store.Get(ctx, id)
+	if err == nil {
+		return &t, nil
+	}
+	if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if rej, err := c.rejection(ctx, id); err != nil {
+		return nil, err
+	} else if rej != nil {
+		return nil, &RejectedError{*rej}
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
+func (c *Client) rejection(ctx context.Context, id string) (*task.Rejection, error) {
+	if !task.ValidID(id) {
+		return nil, nil
+	}
+	st, err := c.js.Stream(ctx, subject.StreamRejected)
+	if err != nil {
+		return nil, fmt.Errorf("bind rejections: %w", err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, subject.Rejected(id, ""))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get rejection of %s: %w", id, err)
+	}
+	var r task.Rejection
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return nil, fmt.Errorf("decode rejection of %s: %w", id, err)
+	}
+	return &r, nil
+}
+
+// History returns every event of a task, oldest first.
+func (c *Client) History(ctx context.Context, id string) ([]store.Revisioned, error) {
+	h, err := c.store.History(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return h, err
+}
+
+// Wait blocks until the task reaches a terminal state (succeeded, failed,
+// cancelled, expired) and returns it. It returns a *RejectedError if the
+// submission was refused, or ctx's error.
+func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
+	cons, err := c.js.OrderedConsumer(ctx, subject.StreamTasks, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject.Task(id)},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch task %s: %w", id, err)
+	}
+	seen := false
+	for {
+		wait := time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait <= 0 {
+			return nil, ctx.Err()
+		}
+		msg, err := cons.Next(jetstream.FetchMaxWait(wait))
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
+			if !seen {
+				if rej, err := c.rejection(ctx, id); err != nil {
+					return nil, err
+				} else if rej != nil {
+					return nil, &RejectedError{*rej}
+				}
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("watch task %s: %w", id, err)
+		}
+		seen = true
+		var ev task.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			return nil, fmt.Errorf("decode task %s: %w", id, err)
+		}
+		if ev.Task.State.Terminal() {
+			return &ev.Task, nil
+		}
+	}
+}
+
+// Cancel asks the orchestrator to cancel a task and waits for its answer.
+// A running task's handler has its context cancelled.
+func (c *Client) Cancel(ctx context.Context, id, reason string) (*task.Task, error) {
+	return c.command(ctx, subject.CommandCancel, id, reason)
+}
+
+// Redrive starts a fresh attempt series for a failed (dead-lettered) task.
+func (c *Client) Redrive(ctx context.Context, id string) (*task.Task, error) {
+	return c.command(ctx, subject.CommandRedrive, id, "")
+}
+
+// command sends a durable command and waits for the orchestrator's reply.
+// If ctx ends first the command stays queued and is still carried out.
+func (c *Client) command(ctx context.Context, kind, id, reason string) (*task.Task, error) {
+	if !task.ValidID(id) {
+		return nil, fmt.Errorf("%s: invalid task id %q", kind, id)
+	}
+	inbox := c.nc.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, id, err)
+	}
+	defer sub.Unsubscribe()
+	body, _ := json.Marshal(task.CommandRequest{Reason: reason})
+	msg := nats.NewMsg(subject.Command(kind, id))
+	msg.Data = body
+	msg.Header.Set(subject.HeaderReplyTo, inbox)
+	if _, err := c.js.PublishMsg(ctx, msg); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", kind, id, err)
+	}
+	resp, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: no answer yet (the command stays queued): %w", kind, id, err)
+	}
+	var rep task.CommandReply
+	if err := json.Unmarshal(resp.Data, &rep); err != nil {
+		return nil, fmt.Errorf("%s %s: decode reply: %w", kind, id, err)
+	}
+	if !rep.OK {
+		return rep.Task, fmt.Errorf("%s %s: %s", kind, id, rep.Error)
+	}
+	return rep.Task, nil
+}
+
+// DeadLetters lists the dead-letter queue.
+func (c *Client) DeadLetters(ctx context.Context) ([]task.DeadLetter, error) {
+	st, err := c.js.Stream(ctx, subject.StreamDLQ)
+	if err != nil {
+		return nil, fmt.Errorf("bind dead letters: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: %w", err)
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("dead letters: %w", err)
+	}
+	var out []task.DeadLetter
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			return out, fmt.Errorf("dead letters: %w", err)
+		}
+		var dl task.DeadLetter
+		if err := json.Unmarshal(msg.Data(), &dl); err == nil {
+			out = append(out, dl)
+		}
+		md, err := msg.Metadata()
+		if err != nil || md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}

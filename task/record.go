@@ -1,0 +1,152 @@
+package task
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Task is the orchestrator's record of a task: its spec plus where it is.
+// Every version of it is stored as the snapshot inside an Event.
+type Task struct {
+	Spec
+
+	State State `json:"state"`
+	// Attempt is the 1-based number of the current (or last) attempt in the
+	// current attempt series; 0 before the first dispatch.
+	Attempt int `json:"attempt"`
+	// ExecutionID identifies the current dispatch; results carrying another
+	// execution id are ignored.
+	ExecutionID string `json:"execution_id,omitempty"`
+	// Executor is the executor that claimed the current execution.
+	Executor string `json:"executor,omitempty"`
+	// Dependents are the tasks that listed this one in depends_on.
+	Dependents []string `json:"dependents,omitempty"`
+	// Errors holds every failed attempt of the current series.
+	Errors []AttemptError `json:"errors,omitempty"`
+	// Result is the handler's result once succeeded.
+	Result json.RawMessage `json:"result,omitempty"`
+	// Reason explains the current state (why cancelled, failed, retrying…).
+	Reason string `json:"reason,omitempty"`
+	// RetryAt is when a retrying task becomes ready again.
+	RetryAt *time.Time `json:"retry_at,omitempty"`
+	// Redrives counts how often the task was re-driven from the dead-letter queue.
+	Redrives int `json:"redrives,omitempty"`
+
+	SubmittedAt time.Time  `json:"submitted_at"`
+	ReadyAt     *time.Time `json:"ready_at,omitempty"`
+	StartedAt   *time.Time `json:"started_at,omitempty"`
+	FinishedAt  *time.Time `json:"finished_at,omitempty"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+}
+
+// AttemptError records one failed attempt.
+type AttemptError struct {
+	Attempt     int       `json:"attempt"`
+	ExecutionID string    `json:"execution_id"`
+	Executor    string    `json:"executor,omitempty"`
+	Error       string    `json:"error"`
+	At          time.Time `json:"at"`
+}
+
+// EventKind says what an Event records.
+type EventKind string
+
+const (
+	// KindTransition is a state change (from → to).
+	KindTransition EventKind = "transition"
+	// KindDependentAdded records a new dependent; the state does not change.
+	KindDependentAdded EventKind = "dependent_added"
+)
+
+// Event is one entry of a task's history on ax.task.<id>: what happened and
+// the task's full record after it. The event's stream sequence is the task's
+// revision, the value compare-and-set writes are checked against.
+type Event struct {
+	Kind   EventKind `json:"kind"`
+	From   State     `json:"from,omitempty"`
+	To     State     `json:"to"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Reason string    `json:"reason,omitempty"`
+	Task   Task      `json:"task"`
+}
+
+// Dispatch is the message on task.ready.<capability>.p<N>: the task record at
+// the revision it was dispatched, with its execution id and attempt.
+type Dispatch struct {
+	Task
+	// Revision is the task's revision when it was dispatched; the executor's
+	// claim is a compare-and-set against it.
+	Revision uint64 `json:"revision"`
+}
+
+// Outcome is what an attempt ended with.
+type Outcome string
+
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"
+)
+
+// Report is what an executor publishes on task.completed.<type>.
+type Report struct {
+	ID          string          `json:"id"`
+	Type        string          `json:"type"`
+	ExecutionID string          `json:"execution_id"`
+	Attempt     int             `json:"attempt"`
+	Status      Outcome         `json:"status"`
+	Error       string          `json:"error,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Executor    string          `json:"executor"`
+	StartedAt   time.Time       `json:"started_at"`
+	FinishedAt  time.Time       `json:"finished_at"`
+	// Permanent asks for no retry of a failure.
+	Permanent bool `json:"permanent,omitempty"`
+	// RetryAfter asks for the next attempt after this delay instead of the backoff.
+	RetryAfter *Duration `json:"retry_after,omitempty"`
+}
+
+// DeadLetter is the entry on ax.dlq.<id> for a task that failed for good.
+type DeadLetter struct {
+	Spec     Spec           `json:"spec"`
+	Attempts []AttemptError `json:"attempts"`
+	Reason   string         `json:"reason"`
+	FailedAt time.Time      `json:"failed_at"`
+	Redrives int            `json:"redrives"`
+}
+
+// Rejection is the record on ax.rejected.<id> for a submission that was refused.
+type Rejection struct {
+	ID         string    `json:"id,omitempty"`
+	Subject    string    `json:"subject"`
+	Reason     string    `json:"reason"`
+	Input      string    `json:"input"`
+	RejectedAt time.Time `json:"rejected_at"`
+}
+
+// Graph is a set of specs submitted together on task.graph.submit; edges
+// (depends_on) may point inside the graph or at existing tasks.
+type Graph struct {
+	Tasks []Spec `json:"tasks"`
+}
+
+// CommandRequest is the body of an ax.cmd.<kind>.<id> message.
+type CommandRequest struct {
+	// Reason is recorded in the audit trail.
+	Reason string `json:"reason,omitempty"`
+}
+
+// CommandReply is what the orchestrator answers on the Ax-Reply-To subject.
+type CommandReply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	Task  *Task  `json:"task,omitempty"`
+}
+
+// NewID returns a new sortable unique task id (a ULID).
+func NewID() string {
+	return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String()
+}

@@ -1,0 +1,228 @@
+package task
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// Defaults applied to a spec's absent fields.
+const (
+	DefaultPriority      = 2
+	DefaultCapability    = "default"
+	DefaultMaxRetries    = 5
+	DefaultTimeout       = 10 * time.Minute
+	DefaultEstimatedCost = 1.0
+
+	// MaxPriority is the lowest priority level (0 is the highest).
+	MaxPriority = 5
+	// Levels is the number of priority levels.
+	Levels = MaxPriority + 1
+	// MaxRetriesLimit bounds max_retries so a record's attempt history stays small.
+	MaxRetriesLimit = 100
+	// MaxDependencies bounds depends_on.
+	MaxDependencies = 1000
+	// DefaultMaxPayload is the largest payload accepted unless configured otherwise.
+	DefaultMaxPayload = 256 << 10
+)
+
+// Spec is what a producer submits on task.submit.<type>. JSON field names are
+// the wire contract documented in subjects.md.
+type Spec struct {
+	// ID is chosen by the client; the SDK generates a sortable unique one when empty.
+	ID string `json:"id"`
+	// Type names the handler that runs the task.
+	Type string `json:"type"`
+	// Payload is any JSON value handed to the handler.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Priority is 0 (highest) … 5 (lowest).
+	Priority int `json:"priority"`
+	// Capability routes the task to executors that declared it.
+	Capability string `json:"capability"`
+	// DependsOn lists task ids that must succeed before this task is ready.
+	DependsOn []string `json:"depends_on,omitempty"`
+	// MaxRetries is how many retries follow a failed first attempt.
+	MaxRetries int `json:"max_retries"`
+	// Timeout bounds one execution attempt.
+	Timeout Duration `json:"timeout"`
+	// EstimatedCost is the task's weight against an executor's capacity.
+	EstimatedCost float64 `json:"estimated_cost"`
+}
+
+// wireSpec mirrors Spec with pointers so absent fields can be told from zero.
+type wireSpec struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type"`
+	Payload       json.RawMessage `json:"payload"`
+	Priority      *int            `json:"priority"`
+	Capability    string          `json:"capability"`
+	DependsOn     []string        `json:"depends_on"`
+	MaxRetries    *int            `json:"max_retries"`
+	Timeout       *Duration       `json:"timeout"`
+	EstimatedCost *float64        `json:"estimated_cost"`
+}
+
+// DecodeSpec parses a submitted spec strictly (unknown fields and fields of
+// the wrong type are errors) and fills defaults. It does not validate; call
+// Validate for that.
+func DecodeSpec(data []byte) (Spec, error) {
+	var w wireSpec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return Spec{}, fmt.Errorf("decode task spec: %w", describeJSONError(err))
+	}
+	if dec.More() {
+		return Spec{}, errors.New("decode task spec: trailing data after the JSON object")
+	}
+	return w.spec(), nil
+}
+
+func (w wireSpec) spec() Spec {
+	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Capability: w.Capability, DependsOn: w.DependsOn}
+	s.Priority = DefaultPriority
+	if w.Priority != nil {
+		s.Priority = *w.Priority
+	}
+	s.MaxRetries = DefaultMaxRetries
+	if w.MaxRetries != nil {
+		s.MaxRetries = *w.MaxRetries
+	}
+	s.Timeout = Duration(DefaultTimeout)
+	if w.Timeout != nil {
+		s.Timeout = *w.Timeout
+	}
+	s.EstimatedCost = DefaultEstimatedCost
+	if w.EstimatedCost != nil {
+		s.EstimatedCost = *w.EstimatedCost
+	}
+	if s.Capability == "" {
+		s.Capability = DefaultCapability
+	}
+	return s
+}
+
+// Normalize fills defaults into a spec built in Go (zero values mean "use the
+// default" for capability, timeout and estimated cost; priority and
+// max_retries are taken as given).
+func (s *Spec) Normalize() {
+	if s.Capability == "" {
+		s.Capability = DefaultCapability
+	}
+	if s.Timeout == 0 {
+		s.Timeout = Duration(DefaultTimeout)
+	}
+	if s.EstimatedCost == 0 {
+		s.EstimatedCost = DefaultEstimatedCost
+	}
+}
+
+func describeJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Errorf("field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	return err
+}
+
+var (
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_\-=/]{0,127}$`)
+	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}$`)
+	typePattern  = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}(\.[A-Za-z0-9_\-]{1,64}){0,7}$`)
+)
+
+// ValidID reports whether id can name a task: 1–128 characters of letters,
+// digits, '_', '-', '=' and '/', starting with a letter or digit.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// ValidType reports whether t can name a task type: dot-separated tokens of
+// letters, digits, '_' and '-'.
+func ValidType(t string) bool { return typePattern.MatchString(t) }
+
+// ValidCapability reports whether c can name a capability (one subject token).
+func ValidCapability(c string) bool { return tokenPattern.MatchString(c) }
+
+// ValidationError says why a spec was rejected.
+type ValidationError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
+
+// Validate checks a spec with defaults applied. maxPayload ≤ 0 means
+// DefaultMaxPayload.
+func (s *Spec) Validate(maxPayload int) error {
+	if maxPayload <= 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	switch {
+	case s.ID == "":
+		return &ValidationError{"id", "is empty"}
+	case !ValidID(s.ID):
+		return &ValidationError{"id", fmt.Sprintf("%q is not 1-128 of [A-Za-z0-9_-=/] starting with a letter or digit", s.ID)}
+	case s.Type == "":
+		return &ValidationError{"type", "is empty"}
+	case !ValidType(s.Type):
+		return &ValidationError{"type", fmt.Sprintf("%q is not dot-separated tokens of [A-Za-z0-9_-]", s.Type)}
+	case s.Priority < 0 || s.Priority > MaxPriority:
+		return &ValidationError{"priority", fmt.Sprintf("%d is out of range 0..%d", s.Priority, MaxPriority)}
+	case !ValidCapability(s.Capability):
+		return &ValidationError{"capability", fmt.Sprintf("%q is not one token of [A-Za-z0-9_-]", s.Capability)}
+	case s.MaxRetries < 0 || s.MaxRetries > MaxRetriesLimit:
+		return &ValidationError{"max_retries", fmt.Sprintf("%d is out of range 0..%d", s.MaxRetries, MaxRetriesLimit)}
+	case s.Timeout <= 0:
+		return &ValidationError{"timeout", "must be positive"}
+	case !(s.EstimatedCost > 0) || s.EstimatedCost > 1e9:
+		return &ValidationError{"estimated_cost", fmt.Sprintf("%v must be a positive number", s.EstimatedCost)}
+	case len(s.Payload) > maxPayload:
+		return &ValidationError{"payload", fmt.Sprintf("%d bytes exceeds the limit of %d", len(s.Payload), maxPayload)}
+	case len(s.DependsOn) > MaxDependencies:
+		return &ValidationError{"depends_on", fmt.Sprintf("%d dependencies exceed the limit of %d", len(s.DependsOn), MaxDependencies)}
+	}
+	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
+		return &ValidationError{"payload", "is not valid JSON"}
+	}
+	seen := make(map[string]bool, len(s.DependsOn))
+	for _, d := range s.DependsOn {
+		switch {
+		case !ValidID(d):
+			return &ValidationError{"depends_on", fmt.Sprintf("%q is not a valid task id", d)}
+		case d == s.ID:
+			return &ValidationError{"depends_on", "a task cannot depend on itself"}
+		case seen[d]:
+			return &ValidationError{"depends_on", fmt.Sprintf("%q is listed twice", d)}
+		}
+		seen[d] = true
+	}
+	return nil
+}
+
+// Duration is a time.Duration that travels as a Go duration string ("30s").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string such as "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return fmt.Errorf("duration must be a string such as \"30s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }

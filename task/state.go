@@ -1,0 +1,96 @@
+package task
+
+import "fmt"
+
+// State is where a task is in its life. The zero value is not a valid state.
+type State string
+
+// The states a task moves through. See Transitions for the allowed moves.
+const (
+	// Waiting: accepted, waiting for its dependencies to succeed.
+	Waiting State = "waiting"
+	// Ready: dispatched on task.ready.<capability>.p<N>, not yet started.
+	Ready State = "ready"
+	// Running: claimed by an executor that runs its handler.
+	Running State = "running"
+	// Retrying: an attempt failed; a durable timer will make it ready again.
+	Retrying State = "retrying"
+	// Succeeded: an attempt succeeded. Terminal.
+	Succeeded State = "succeeded"
+	// Failed: the last allowed attempt failed, or it failed permanently; a
+	// dead-letter entry holds it. Terminal unless re-driven.
+	Failed State = "failed"
+	// Cancelled: cancelled by a user or because an upstream dependency did
+	// not succeed. Terminal.
+	Cancelled State = "cancelled"
+	// Expired: its deadline passed before it finished. Terminal.
+	Expired State = "expired"
+)
+
+// States lists every state in life-cycle order.
+var States = []State{Waiting, Ready, Running, Retrying, Succeeded, Failed, Cancelled, Expired}
+
+// Terminal reports whether no further transition is expected (a failed task
+// can still be re-driven by an operator).
+func (s State) Terminal() bool {
+	switch s {
+	case Succeeded, Failed, Cancelled, Expired:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of the defined states.
+func (s State) Valid() bool {
+	for _, v := range States {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Transitions is the explicit transition table: Transitions[from] lists the
+// states a task in from may move to. A new task starts in Waiting, Ready or
+// Cancelled (when an upstream dependency already did not succeed).
+var Transitions = map[State][]State{
+	Waiting:   {Ready, Cancelled, Expired},
+	Ready:     {Running, Ready, Cancelled, Expired},
+	Running:   {Succeeded, Retrying, Failed, Running, Cancelled, Expired},
+	Retrying:  {Ready, Cancelled, Expired},
+	Failed:    {Ready},
+	Succeeded: nil,
+	Cancelled: nil,
+	Expired:   nil,
+}
+
+// InitialStates are the states a task may be created in.
+var InitialStates = []State{Waiting, Ready, Cancelled}
+
+// CanTransition reports whether from → to is allowed. An empty from means the
+// task is being created.
+func CanTransition(from, to State) bool {
+	allowed := InitialStates
+	if from != "" {
+		allowed = Transitions[from]
+	}
+	for _, s := range allowed {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrInvalidTransition is returned when a transition is not in the table.
+type ErrInvalidTransition struct {
+	From, To State
+}
+
+func (e *ErrInvalidTransition) Error() string {
+	from := string(e.From)
+	if from == "" {
+		from = "(new)"
+	}
+	return fmt.Sprintf("invalid transition %s -> %s", from, e.To)
+}
