@@ -320,3 +320,73 @@ func (c *Client) DeadLetters(ctx context.Context) ([]task.DeadLetter, error) {
 		}
 	}
 }
+
+// Rejections returns up to limit of the newest rejected submissions.
+func (c *Client) Rejections(ctx context.Context, limit int) ([]task.Rejection, error) {
+	st, err := c.js.Stream(ctx, subject.StreamRejected)
+	if err != nil {
+		return nil, fmt.Errorf("bind rejections: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rejections: %w", err)
+	}
+	if info.State.Msgs == 0 || limit <= 0 {
+		return nil, nil
+	}
+	start := uint64(1)
+	if info.State.LastSeq > uint64(limit) {
+		start = info.State.LastSeq - uint64(limit) + 1
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
+	if err != nil {
+		return nil, fmt.Errorf("rejections: %w", err)
+	}
+	var out []task.Rejection
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			return out, fmt.Errorf("rejections: %w", err)
+		}
+		var r task.Rejection
+		if err := json.Unmarshal(msg.Data(), &r); err == nil {
+			out = append(out, r)
+		}
+		md, err := msg.Metadata()
+		if err != nil || md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}
+
+// SubmitMany submits specs with pipelined publishes (far faster than one
+// Submit at a time) and returns their ids once JetStream stored them all.
+func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, error) {
+	ids := make([]string, len(specs))
+	futures := make([]jetstream.PubAckFuture, 0, len(specs))
+	for i := range specs {
+		if err := c.prepare(&specs[i]); err != nil {
+			return nil, err
+		}
+		data, err := json.Marshal(specs[i])
+		if err != nil {
+			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
+		}
+		f, err := c.js.PublishAsync(subject.Submit(specs[i].Type), data, jetstream.WithMsgID(specs[i].ID))
+		if err != nil {
+			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
+		}
+		ids[i] = specs[i].ID
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return nil, fmt.Errorf("submit task %s: %w", ids[i], err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return ids, nil
+}

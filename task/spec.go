@@ -226,3 +226,27 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // Std returns d as a time.Duration.
 func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// New returns a spec of a type with every default set (priority 2, capability
+// "default", 5 retries, 10m timeout, cost 1) and payload marshalled to JSON
+// (a []byte or json.RawMessage is used as is). Set fields on the result to
+// change them. A Spec literal instead means what it says: its zero Priority
+// is p0 and its zero MaxRetries is no retry.
+func New(taskType string, payload any) (Spec, error) {
+	s := Spec{Type: taskType, Priority: DefaultPriority, Capability: DefaultCapability,
+		MaxRetries: DefaultMaxRetries, Timeout: Duration(DefaultTimeout), EstimatedCost: DefaultEstimatedCost}
+	switch p := payload.(type) {
+	case nil:
+	case json.RawMessage:
+		s.Payload = p
+	case []byte:
+		s.Payload = p
+	default:
+		b, err := json.Marshal(p)
+		if err != nil {
+			return s, fmt.Errorf("encode payload of %s task: %w", taskType, err)
+		}
+		s.Payload = b
+	}
+	return s, nil
+}

@@ -1,0 +1,302 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+func submitCmd(g *globals) *cobra.Command {
+	var (
+		spec      task.Spec
+		payload   string
+		dependsOn []string
+		timeout   time.Duration
+		file      string
+		wait      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "submit [TYPE]",
+		Short: "Submit a task (flags), or a spec or graph from a JSON file (-f)",
+		Example: `  ax submit report.build --payload '{"day":"2026-11-29"}' --priority 1
+  ax submit -f graph.json        # {"tasks":[{...},{...}]}`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			var ids []string
+			if file != "" {
+				ids, err = submitFile(cmd, c, file)
+			} else {
+				if len(args) != 1 {
+					return errors.New("give a task TYPE or -f FILE")
+				}
+				spec.Type = args[0]
+				if payload != "" {
+					spec.Payload = json.RawMessage(payload)
+				}
+				spec.DependsOn = dependsOn
+				spec.Timeout = task.Duration(timeout)
+				var id string
+				id, err = c.Submit(ctx, spec)
+				ids = []string{id}
+			}
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				if !wait {
+					fmt.Fprintln(g.stdout, id)
+					continue
+				}
+				t, err := c.Wait(ctx, id)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(g.stdout, "%s\t%s\n", id, t.State)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&spec.ID, "id", "", "task id (default: a new sortable unique id)")
+	f.StringVar(&payload, "payload", "", "payload as JSON")
+	f.IntVar(&spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
+	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
+	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first")
+	f.IntVar(&spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
+	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
+	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
+	f.StringVarP(&file, "file", "f", "", "JSON file with one spec, or a graph {\"tasks\":[…]}")
+	f.BoolVar(&wait, "wait", false, "wait until the task ends and print its state")
+	return cmd
+}
+
+func submitFile(cmd *cobra.Command, c *sdk.Client, file string) ([]string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(string(data), `"tasks"`) {
+		g, err := task.DecodeGraph(data)
+		if err != nil {
+			return nil, err
+		}
+		return c.SubmitGraph(cmd.Context(), g.Tasks)
+	}
+	s, err := task.DecodeSpec(data)
+	if err != nil {
+		return nil, err
+	}
+	id, err := c.Submit(cmd.Context(), s)
+	return []string{id}, err
+}
+
+func statusCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status ID",
+		Short: "Show a task's state and its full history (or why it was rejected)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t, err := c.Get(ctx, args[0])
+			var rej *sdk.RejectedError
+			if errors.As(err, &rej) {
+				if g.jsonOutput() {
+					return g.printJSON(map[string]any{"rejected": rej.Rejection})
+				}
+				fmt.Fprintf(g.stdout, "Task %s was rejected at %s\nReason:  %s\nSubject: %s\nInput:   %s\n",
+					args[0], rej.Rejection.RejectedAt.Format(time.RFC3339), rej.Rejection.Reason, rej.Rejection.Subject, rej.Rejection.Input)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			h, err := c.History(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(map[string]any{"task": t, "history": h})
+			}
+			printTask(g, t)
+			fmt.Fprintln(g.stdout, "\nHistory:")
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "REV\tAT\tFROM\tTO\tACTOR\tREASON")
+			for _, ev := range h {
+				from := string(ev.Event.From)
+				if from == "" {
+					from = "-"
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", ev.Revision, ev.Event.At.Format("15:04:05.000"), from, ev.Event.To, ev.Event.Actor, ev.Event.Reason)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func printTask(g *globals, t *task.Task) {
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(w, "%s\t%s\n", k, v)
+		}
+	}
+	ts := func(p *time.Time) string {
+		if p == nil {
+			return ""
+		}
+		return p.Format(time.RFC3339Nano)
+	}
+	row("ID", t.ID)
+	row("Type", t.Type)
+	row("State", string(t.State))
+	row("Reason", t.Reason)
+	row("Priority", fmt.Sprintf("p%d", t.Priority))
+	row("Capability", t.Capability)
+	row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxRetries+1))
+	row("Execution", t.ExecutionID)
+	row("Executor", t.Executor)
+	row("Depends on", strings.Join(t.DependsOn, ", "))
+	row("Dependents", strings.Join(t.Dependents, ", "))
+	row("Submitted", t.SubmittedAt.Format(time.RFC3339Nano))
+	row("Ready", ts(t.ReadyAt))
+	row("Started", ts(t.StartedAt))
+	row("Finished", ts(t.FinishedAt))
+	row("Retry at", ts(t.RetryAt))
+	if len(t.Result) > 0 {
+		row("Result", string(t.Result))
+	}
+	for _, e := range t.Errors {
+		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
+	}
+	_ = w.Flush()
+}
+
+func cancelCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a task (a running handler has its context cancelled)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t, err := c.Cancel(ctx, args[0], reason)
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(t)
+			}
+			fmt.Fprintf(g.stdout, "%s\t%s\n", t.ID, t.State)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the audit trail")
+	return cmd
+}
+
+func dlqCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "List and re-drive dead-lettered tasks"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "List the dead-letter queue",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			dls, err := c.DeadLetters(ctx)
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(dls)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "ID\tTYPE\tFAILED AT\tATTEMPTS\tREASON")
+			for _, d := range dls {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Spec.ID, d.Spec.Type, d.FailedAt.Format(time.RFC3339), len(d.Attempts), d.Reason)
+			}
+			return w.Flush()
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:   "redrive ID",
+		Short: "Start a fresh attempt series for a dead-lettered task",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t, err := c.Redrive(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
+			return nil
+		},
+	})
+	return cmd
+}
+
+func rejectedCmd(g *globals) *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "rejected",
+		Short: "List recently rejected submissions and why",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			rs, err := c.Rejections(ctx, limit)
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(rs)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "AT\tID\tSUBJECT\tREASON")
+			for _, r := range rs {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.RejectedAt.Format(time.RFC3339), r.ID, r.Subject, r.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 50, "how many of the newest rejections to show")
+	return cmd
+}

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/internal/retry"
+	"github.com/ax-run/ax/orchestrator"
+)
+
+func orchestratorCmd(g *globals) *cobra.Command {
+	var cfg orchestrator.Config
+	cmd := &cobra.Command{
+		Use:   "orchestrator",
+		Short: "Run an orchestrator against a NATS server (several may run at once)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := g.logger()
+			nc, err := g.connect("ax-orchestrator")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			cfg.Logger = &log
+			o, err := orchestrator.New(nc, cfg)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if err := o.Start(ctx); err != nil {
+				return err
+			}
+			log.Info().Str("nats", g.natsURL).Msg("orchestrator running; Ctrl-C to stop")
+			<-ctx.Done()
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return o.Stop(stopCtx)
+		},
+	}
+	addOrchestratorFlags(cmd, &cfg)
+	return cmd
+}
+
+// addOrchestratorFlags binds the orchestrator's tunables to flags.
+func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
+	f := cmd.Flags()
+	f.StringVar(&cfg.NodeID, "node-id", "", "name of this orchestrator in the audit trail (default orchestrator-<host>-<pid>)")
+	f.IntVar(&cfg.Workers, "workers", orchestrator.DefaultWorkers, "messages handled concurrently per consumer")
+	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes (default 256 KiB)")
+	f.DurationVar(&cfg.Retry.Base, "retry-base", retry.DefaultBase, "delay before the first retry")
+	f.Float64Var(&cfg.Retry.Factor, "retry-factor", retry.DefaultFactor, "backoff multiplier per retry")
+	f.DurationVar(&cfg.Retry.Max, "retry-max", retry.DefaultMax, "largest backoff delay before jitter")
+	f.IntVar(&cfg.Topology.Replicas, "replicas", 1, "stream replicas (3 on a NATS cluster)")
+}
+

@@ -1,0 +1,103 @@
+// Package cli implements the ax command line. cmd/ax only wires signals to
+// Run, so every command is testable in-process.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/sdk"
+)
+
+// DefaultNATSURL is used when neither --nats nor AX_NATS_URL is set.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// globals are the flags every command shares.
+type globals struct {
+	natsURL  string
+	logLevel string
+	output   string
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+// Run executes the ax command line and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "ax",
+		Short:         "AX: an event-driven task orchestrator on NATS JetStream",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetArgs(args)
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.natsURL, "nats", envOr("AX_NATS_URL", DefaultNATSURL), "NATS server URL (env AX_NATS_URL)")
+	pf.StringVar(&g.logLevel, "log-level", envOr("AX_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env AX_LOG_LEVEL)")
+	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	for _, c := range commands(g) {
+		root.AddCommand(c)
+	}
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "ax:", err)
+		return 1
+	}
+	return 0
+}
+
+// commands lists the subcommands; each file adds its own constructor here.
+func commands(g *globals) []*cobra.Command {
+	return []*cobra.Command{
+		orchestratorCmd(g), serverCmd(g), workerCmd(g),
+		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), rejectedCmd(g),
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// logger returns a console logger at the configured level on stderr.
+func (g *globals) logger() zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(g.logLevel)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: g.stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
+}
+
+// connect dials the configured NATS server.
+func (g *globals) connect(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(g.natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `ax server`, or set --nats)", g.natsURL, err)
+	}
+	return nc, nil
+}
+
+// client connects and returns an SDK client that owns the connection.
+func (g *globals) client(ctx context.Context) (*sdk.Client, error) {
+	return sdk.Connect(ctx, g.natsURL, nats.Name("ax-cli"))
+}
+
+// printJSON writes v as indented JSON.
+func (g *globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (g *globals) jsonOutput() bool { return g.output == "json" }

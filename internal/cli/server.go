@@ -1,0 +1,39 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/internal/natsserver"
+)
+
+func serverCmd(g *globals) *cobra.Command {
+	var cfg natsserver.Config
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run an embedded NATS server with JetStream (for development and tests; see deploy/ for production)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfg.StoreDir == "" {
+				return fmt.Errorf("--store is required")
+			}
+			s, err := natsserver.Start(cfg)
+			if err != nil {
+				return err
+			}
+			log := g.logger()
+			log.Info().Str("url", s.URL()).Str("store", cfg.StoreDir).Bool("sync_always", cfg.SyncAlways).Msg("NATS server running; Ctrl-C to stop")
+			fmt.Fprintln(g.stdout, s.URL())
+			<-cmd.Context().Done()
+			s.Stop()
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.StoreDir, "store", "", "JetStream store directory (required)")
+	f.StringVar(&cfg.Host, "host", "127.0.0.1", "listen address")
+	f.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free one; the URL is printed)")
+	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every write (see deploy/README.md)")
+	return cmd
+}

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/demo"
+)
+
+func workerCmd(g *globals) *cobra.Command {
+	var cfg executor.Config
+	var drain time.Duration
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run an executor with the demo handlers (demo.noop, demo.sleep, demo.flaky, demo.fail)",
+		Long: `Run an executor with the demo handlers. Real services embed the executor
+package and register their own handlers; this command is for trying AX out
+and for the end-to-end tests.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := g.logger()
+			nc, err := g.connect("ax-worker")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			cfg.Logger = &log
+			ex, err := executor.New(nc, cfg)
+			if err != nil {
+				return err
+			}
+			demo.Register(ex)
+			if err := ex.Start(cmd.Context()); err != nil {
+				return err
+			}
+			log.Info().Str("executor", ex.ID()).Msg("worker running; Ctrl-C to stop")
+			<-cmd.Context().Done()
+			ctx, cancel := context.WithTimeout(context.Background(), drain)
+			defer cancel()
+			return ex.Stop(ctx)
+		},
+	}
+	addExecutorFlags(cmd, &cfg)
+	cmd.Flags().DurationVar(&drain, "drain", 30*time.Second, "how long Stop waits for running handlers")
+	return cmd
+}
+
+// addExecutorFlags binds the executor's tunables to flags.
+func addExecutorFlags(cmd *cobra.Command, cfg *executor.Config) {
+	f := cmd.Flags()
+	f.StringVar(&cfg.ID, "id", "", "executor id (default executor-<host>-<pid>-<random>)")
+	f.StringSliceVar(&cfg.Capabilities, "capabilities", []string{"default"}, "capabilities this executor serves")
+	f.Float64Var(&cfg.Capacity, "capacity", executor.DefaultCapacity, "capacity in estimated-cost units")
+	f.DurationVar(&cfg.AckWait, "ack-wait", executor.DefaultAckWait, "lease of a running task without heartbeat before redelivery")
+}
