@@ -58,7 +58,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // commands lists the subcommands; each file adds its own constructor here.
 func commands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
-		orchestratorCmd(g), serverCmd(g), workerCmd(g),
+		devCmd(g), orchestratorCmd(g), serverCmd(g), workerCmd(g),
 		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), rejectedCmd(g),
 	}
 }

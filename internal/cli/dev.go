@@ -1,0 +1,215 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/demo"
+	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
+)
+
+// devDefaultPort is tried first so the URL is the same every run; a free
+// port is used when it is taken.
+const devDefaultPort = 4333
+
+func devCmd(g *globals) *cobra.Command {
+	var (
+		storeDir string
+		port     int
+		exit     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the demo: embedded NATS, an orchestrator, two executors and a workload to watch",
+		Long: `Starts an embedded NATS server with JetStream (store in --store, kept across
+runs), one orchestrator and two executors (capabilities "default" and "gpu"),
+then submits the demo workload: a DAG, tasks on all six priorities, a flaky
+task that fails twice then succeeds, one that exhausts its retries and lands
+in the dead-letter queue (its dependent is cancelled), and one whose
+capability no executor has (it waits, visibly, and is cancelled at the end).
+A progress line shows tasks per state; a summary follows. The server keeps
+running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runDev(cmd.Context(), g, storeDir, port, exit)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&storeDir, "store", ".ax-dev", "JetStream store directory (kept across runs)")
+	f.IntVar(&port, "port", devDefaultPort, "NATS port (a free one is used if it is taken)")
+	f.BoolVar(&exit, "exit", false, "exit after the summary instead of keeping the server up")
+	return cmd
+}
+
+func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool) error {
+	log := g.logger()
+	if g.logLevel == "info" {
+		log = log.Level(zerolog.WarnLevel) // keep the progress display readable
+	}
+	storeDir, _ = filepath.Abs(storeDir)
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: filepath.Join(storeDir, "nats"), Port: port})
+	if err != nil && port != 0 {
+		srv, err = natsserver.Start(natsserver.Config{StoreDir: filepath.Join(storeDir, "nats")})
+	}
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	url := srv.URL()
+	fmt.Fprintf(g.stdout, "AX dev: embedded NATS with JetStream at %s (store %s)\n", url, storeDir)
+
+	conns := []*nats.Conn{}
+	connect := func(name string) (*nats.Conn, error) {
+		nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1))
+		if err == nil {
+			conns = append(conns, nc)
+		}
+		return nc, err
+	}
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+
+	onc, err := connect("ax-dev-orchestrator")
+	if err != nil {
+		return err
+	}
+	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "orchestrator-dev", Logger: &log})
+	if err != nil {
+		return err
+	}
+	if err := orch.Start(ctx); err != nil {
+		return err
+	}
+	defer stopWithin(10*time.Second, orch.Stop)
+
+	for _, ec := range []executor.Config{
+		{ID: "executor-cpu", Capabilities: []string{demo.CapCPU}, Capacity: 4},
+		{ID: "executor-gpu", Capabilities: []string{demo.CapGPU}, Capacity: 2},
+	} {
+		nc, err := connect("ax-dev-" + ec.ID)
+		if err != nil {
+			return err
+		}
+		ec.Logger = &log
+		ex, err := executor.New(nc, ec)
+		if err != nil {
+			return err
+		}
+		demo.Register(ex)
+		if err := ex.Start(ctx); err != nil {
+			return err
+		}
+		defer stopWithin(10*time.Second, ex.Stop)
+		fmt.Fprintf(g.stdout, "  executor %-13s capabilities %v, capacity %.0f\n", ec.ID, ec.Capabilities, ec.Capacity)
+	}
+
+	cnc, err := connect("ax-dev-client")
+	if err != nil {
+		return err
+	}
+	client, err := sdk.New(ctx, cnc)
+	if err != nil {
+		return err
+	}
+	js, _ := jetstream.New(cnc)
+	run := "demo-" + strings.ToLower(nuid.Next()[16:])
+	w := demo.NewWorkload(run)
+	specs := w.All()
+	ids := make([]string, len(specs))
+	for i, s := range specs {
+		ids[i] = s.ID
+	}
+	tr, err := demo.Track(ctx, js, ids)
+	if err != nil {
+		return err
+	}
+	defer tr.Close()
+	if _, err := client.SubmitGraph(ctx, w.Graph); err != nil {
+		return err
+	}
+	if _, err := client.SubmitMany(ctx, w.Single); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "Submitted %d tasks (run %s): a 7-task DAG, 24 tasks over p0..p5 on two capabilities,\n"+
+		"a flaky task, a task bound for the dead-letter queue, and one nobody can run.\n\n", len(specs), run)
+
+	start := time.Now()
+	tty := isatty.IsTerminal(os.Stdout.Fd())
+	last := ""
+	show := func(final bool) {
+		line := demo.ProgressLine(time.Since(start), tr.Counts())
+		if tty {
+			fmt.Fprintf(g.stdout, "\r\033[K%s", line)
+			if final {
+				fmt.Fprintln(g.stdout)
+			}
+			return
+		}
+		if body := line[strings.Index(line, "]")+1:]; body != last || final {
+			fmt.Fprintln(g.stdout, line)
+			last = body
+		}
+	}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	cancelled := false
+	for !tr.Done() {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(g.stdout)
+			return nil
+		case <-tick.C:
+		case <-tr.Changed():
+		}
+		show(false)
+		if !cancelled && tr.Done(w.Unserved) {
+			cancelled = true
+			if _, err := client.Cancel(ctx, w.Unserved, "demo over: no executor has capability "+demo.CapUnserved); err != nil {
+				return fmt.Errorf("cancel %s: %w", w.Unserved, err)
+			}
+		}
+	}
+	show(true)
+	fmt.Fprintf(g.stdout, "\nAll %d tasks ended in %.1fs:\n\n", len(specs), time.Since(start).Seconds())
+	demo.PrintSummary(g.stdout, tr, specs)
+	fmt.Fprintf(g.stdout, `
+Inspect (while this keeps running):
+  ax status %s --nats %s    # a retried task and its history
+  ax status %s --nats %s   # the dead-lettered task
+  ax dlq list --nats %s
+  ax dlq redrive %s --nats %s
+`, run+"-flaky", url, run+"-export", url, url, run+"-export", url)
+	if exit {
+		return nil
+	}
+	fmt.Fprintln(g.stdout, "\nThe server, orchestrator and executors keep running; Ctrl-C to stop.")
+	<-ctx.Done()
+	return nil
+}
+
+// stopWithin calls stop with a deadline (for deferred shutdowns).
+func stopWithin(d time.Duration, stop func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "ax: stop:", err)
+	}
+}
