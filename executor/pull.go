@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,9 @@ import (
 // maxReadyAckPending bounds the tasks of one priority level that executors
 // of a capability hold at once.
 const maxReadyAckPending = 65536
+
+// bellWait bounds the wait for a task whose publish rang the doorbell.
+const bellWait = 100 * time.Millisecond
 
 // puller pulls one capability's six priority levels by smooth weighted round
 // robin across the levels that have work.
@@ -36,6 +40,8 @@ type puller struct {
 
 	bell    *nats.Subscription
 	bellRng chan struct{}
+	// rung has bit N set when the doorbell rang for level N.
+	rung atomic.Uint32
 }
 
 func (e *Executor) newPuller(ctx context.Context, capability string) (*puller, error) {
@@ -84,13 +90,23 @@ func (p *puller) run(ctx context.Context) {
 // round pulls up to n tasks and starts them; it returns how many it took.
 func (p *puller) round(ctx context.Context, n int) int {
 	got := 0
+	// A doorbell rings when the message is published, which can be a moment
+	// before the stream has stored it: wait briefly on the levels it rang for.
+	rung := p.rung.Swap(0)
+	for lvl := range task.Levels {
+		if rung&(1<<lvl) != 0 && n-got > 0 {
+			k := p.fetch(ctx, lvl, 1, bellWait)
+			got += k
+			p.empty[lvl] = k == 0
+		}
+	}
 	// Probe levels last seen empty, highest priority first.
 	for lvl := range task.Levels {
 		if n-got <= 0 {
 			break
 		}
 		if p.empty[lvl] {
-			k := p.fetch(ctx, lvl, 1)
+			k := p.fetch(ctx, lvl, 1, 0)
 			got += k
 			p.empty[lvl] = k == 0
 		}
@@ -111,7 +127,7 @@ func (p *puller) round(ctx context.Context, n int) int {
 			if want == 0 {
 				continue
 			}
-			k := p.fetch(ctx, lvl, want)
+			k := p.fetch(ctx, lvl, want, 0)
 			took += k
 			if k < want {
 				p.empty[lvl] = true
@@ -125,9 +141,16 @@ func (p *puller) round(ctx context.Context, n int) int {
 	return got
 }
 
-// fetch takes up to want tasks from a level without waiting and starts them.
-func (p *puller) fetch(ctx context.Context, lvl, want int) int {
-	batch, err := p.levels[lvl].FetchNoWait(want)
+// fetch takes up to want tasks from a level and starts them. With wait 0 it
+// takes only what is there; otherwise it waits up to wait for want tasks.
+func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) int {
+	var batch jetstream.MessageBatch
+	var err error
+	if wait > 0 {
+		batch, err = p.levels[lvl].Fetch(want, jetstream.FetchMaxWait(wait))
+	} else {
+		batch, err = p.levels[lvl].FetchNoWait(want)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.e.log.Warn().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull failed")
@@ -147,7 +170,10 @@ func (p *puller) fetch(ctx context.Context, lvl, want int) int {
 }
 
 func (p *puller) arm() bool {
-	sub, err := p.e.nc.Subscribe(subject.ReadyCapability(p.capability), func(*nats.Msg) {
+	sub, err := p.e.nc.Subscribe(subject.ReadyCapability(p.capability), func(m *nats.Msg) {
+		if lvl, ok := subject.ReadyLevel(m.Subject); ok {
+			p.rung.Or(1 << lvl)
+		}
 		select {
 		case p.bellRng <- struct{}{}:
 		default:

@@ -80,6 +80,19 @@ func Ready(capability string, priority int) string {
 	return readyPrefix + capability + ".p" + strconv.Itoa(priority)
 }
 
+// ReadyLevel returns the priority level of a task.ready.<capability>.p<N> subject.
+func ReadyLevel(subj string) (int, bool) {
+	i := strings.LastIndex(subj, ".p")
+	if i < 0 || !strings.HasPrefix(subj, readyPrefix) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(subj[i+2:])
+	if err != nil || n < 0 || n > 5 {
+		return 0, false
+	}
+	return n, true
+}
+
 // ReadyCapability matches every priority level of a capability.
 func ReadyCapability(capability string) string { return readyPrefix + capability + ".*" }
 

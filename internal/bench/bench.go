@@ -1,0 +1,397 @@
+// Package bench measures AX end to end: no-op tasks through submit → ready →
+// executor → completed → succeeded, on an embedded server unless a URL is
+// given. It reports throughput and latency percentiles; nothing asserts on
+// them (the figures depend on the machine).
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// TypeBench is the no-op task type the bench submits.
+const TypeBench = "bench.noop"
+
+// Config configures a run.
+type Config struct {
+	// URL of a NATS server; empty starts an embedded one in a temp dir.
+	URL string
+	// Tasks for the throughput phase (submitted as fast as possible). 0 skips it.
+	Tasks int
+	// Rate (tasks/s) and Duration of the steady phase. 0 skips it.
+	Rate     int
+	Duration time.Duration
+	// Capacity of the executor. Default 512.
+	Capacity float64
+	// SyncAlways runs the embedded server with fsync on every write.
+	SyncAlways bool
+	Logger     *zerolog.Logger
+}
+
+// Phase holds one phase's figures.
+type Phase struct {
+	Name          string
+	Tasks         int
+	Elapsed       time.Duration
+	TasksPerSec   float64
+	SubmitToStart Percentiles
+	SubmitToDone  Percentiles
+}
+
+// Percentiles of a latency distribution.
+type Percentiles struct {
+	P50, P90, P99, Max time.Duration
+}
+
+func percentiles(d []time.Duration) Percentiles {
+	if len(d) == 0 {
+		return Percentiles{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[min(len(d)-1, int(q*float64(len(d))))] }
+	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: d[len(d)-1]}
+}
+
+// payload carries the client's submit time.
+type payload struct {
+	SubmitNanos int64 `json:"t"`
+}
+
+// recorder collects latencies of one phase, keyed by task id.
+type recorder struct {
+	mu      sync.Mutex
+	start   []time.Duration
+	done    []time.Duration
+	pending map[string]bool
+	// submitting is true until every task of the phase was submitted.
+	submitting bool
+	allDone    chan struct{}
+	closeOnce  sync.Once
+	last       time.Time
+}
+
+func newRecorder(ids int) *recorder {
+	return &recorder{pending: make(map[string]bool, ids), submitting: true, allDone: make(chan struct{})}
+}
+
+// doneSubmitting marks the end of submission.
+func (r *recorder) doneSubmitting() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.submitting = false
+	r.checkDone()
+}
+
+// checkDone closes allDone once everything submitted succeeded. Call with mu held.
+func (r *recorder) checkDone() {
+	if !r.submitting && len(r.pending) == 0 {
+		r.closeOnce.Do(func() { close(r.allDone) })
+	}
+}
+
+func (r *recorder) expect(ids []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		r.pending[id] = true
+	}
+}
+
+func (r *recorder) started(d time.Duration) {
+	r.mu.Lock()
+	r.start = append(r.start, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) succeeded(id string, d time.Duration, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.pending[id] {
+		return
+	}
+	delete(r.pending, id)
+	r.done = append(r.done, d)
+	r.last = at
+	r.checkDone()
+}
+
+// Run executes the configured phases and returns their figures.
+func Run(ctx context.Context, cfg Config) ([]Phase, error) {
+	log := zerolog.Nop()
+	if cfg.Logger != nil {
+		log = *cfg.Logger
+	}
+	if cfg.Capacity <= 0 {
+		cfg.Capacity = 512
+	}
+	url := cfg.URL
+	if url == "" {
+		dir, err := os.MkdirTemp("", "ax-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: cfg.SyncAlways})
+		if err != nil {
+			return nil, err
+		}
+		defer srv.Stop()
+		url = srv.URL()
+	}
+	var conns []*nats.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	connect := func() (*nats.Conn, error) {
+		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
+		if err == nil {
+			conns = append(conns, nc)
+		}
+		return nc, err
+	}
+	onc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log})
+	if err != nil {
+		return nil, err
+	}
+	if err := orch.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer orch.Stop(context.Background())
+
+	var rec atomicRecorder
+	enc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	ex, err := executor.New(enc, executor.Config{ID: "bench-executor", Capacity: cfg.Capacity, Logger: &log})
+	if err != nil {
+		return nil, err
+	}
+	ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
+		var p payload
+		if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
+			if r := rec.get(); r != nil {
+				r.started(time.Since(time.Unix(0, p.SubmitNanos)))
+			}
+		}
+		return nil, nil
+	})
+	if err := ex.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer ex.Stop(context.Background())
+
+	wnc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	if err := watch(ctx, wnc, &rec); err != nil {
+		return nil, err
+	}
+	cnc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	client, err := sdk.New(ctx, cnc)
+	if err != nil {
+		return nil, err
+	}
+
+	var phases []Phase
+	if cfg.Tasks > 0 {
+		p, err := throughput(ctx, client, &rec, cfg.Tasks)
+		if err != nil {
+			return phases, err
+		}
+		phases = append(phases, p)
+	}
+	if cfg.Rate > 0 && cfg.Duration > 0 {
+		p, err := steady(ctx, client, &rec, cfg.Rate, cfg.Duration)
+		if err != nil {
+			return phases, err
+		}
+		phases = append(phases, p)
+	}
+	return phases, nil
+}
+
+// atomicRecorder holds the current phase's recorder.
+type atomicRecorder struct {
+	mu sync.Mutex
+	r  *recorder
+}
+
+func (a *atomicRecorder) get() *recorder {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.r
+}
+
+func (a *atomicRecorder) set(r *recorder) {
+	a.mu.Lock()
+	a.r = r
+	a.mu.Unlock()
+}
+
+// watch follows succeeded transitions in the task histories.
+func watch(ctx context.Context, nc *nats.Conn, rec *atomicRecorder) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cons, err := js.OrderedConsumer(ctx, subject.StreamTasks, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{subject.TaskAll}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		var ev struct {
+			To   task.State `json:"to"`
+			At   time.Time  `json:"at"`
+			Task struct {
+				ID      string          `json:"id"`
+				Payload json.RawMessage `json:"payload"`
+			} `json:"task"`
+		}
+		if json.Unmarshal(msg.Data(), &ev) != nil || ev.To != task.Succeeded {
+			return
+		}
+		var p payload
+		if json.Unmarshal(ev.Task.Payload, &p) != nil {
+			return
+		}
+		if r := rec.get(); r != nil {
+			r.succeeded(ev.Task.ID, ev.At.Sub(time.Unix(0, p.SubmitNanos)), ev.At)
+		}
+	}, jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
+	go func() { <-ctx.Done(); cc.Stop() }()
+	return nil
+}
+
+func specs(n int, prefix string, seq *int) []task.Spec {
+	out := make([]task.Spec, n)
+	for i := range out {
+		*seq++
+		s, _ := task.New(TypeBench, nil)
+		s.ID = prefix + strconv.Itoa(*seq)
+		s.Payload = []byte(`{"t":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `}`)
+		out[i] = s
+	}
+	return out
+}
+
+func throughput(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) (Phase, error) {
+	r := newRecorder(n)
+	rec.set(r)
+	prefix := fmt.Sprintf("bench-%d-", time.Now().UnixNano())
+	seq := 0
+	begin := time.Now()
+	const chunk = 1000
+	for sent := 0; sent < n; sent += chunk {
+		batch := specs(min(chunk, n-sent), prefix, &seq)
+		ids := make([]string, len(batch))
+		for i, s := range batch {
+			ids[i] = s.ID
+		}
+		r.expect(ids)
+		if _, err := c.SubmitMany(ctx, batch); err != nil {
+			return Phase{}, err
+		}
+	}
+	r.doneSubmitting()
+	if err := waitAll(ctx, r, n); err != nil {
+		return Phase{}, err
+	}
+	elapsed := r.last.Sub(begin)
+	return phase("throughput", n, elapsed, r), nil
+}
+
+func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d time.Duration) (Phase, error) {
+	total := int(float64(rate) * d.Seconds())
+	r := newRecorder(total)
+	rec.set(r)
+	prefix := fmt.Sprintf("steady-%d-", time.Now().UnixNano())
+	seq := 0
+	const tick = 10 * time.Millisecond
+	perTick := max(1, rate/int(time.Second/tick))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	begin := time.Now()
+	for sent := 0; sent < total; {
+		select {
+		case <-ctx.Done():
+			return Phase{}, ctx.Err()
+		case <-t.C:
+		}
+		// Catch up to the schedule if a tick was late.
+		due := min(total, int(time.Since(begin).Seconds()*float64(rate))+perTick) - sent
+		if due <= 0 {
+			continue
+		}
+		batch := specs(due, prefix, &seq)
+		ids := make([]string, len(batch))
+		for i, s := range batch {
+			ids[i] = s.ID
+		}
+		r.expect(ids)
+		if _, err := c.SubmitMany(ctx, batch); err != nil {
+			return Phase{}, err
+		}
+		sent += due
+	}
+	r.doneSubmitting()
+	if err := waitAll(ctx, r, total); err != nil {
+		return Phase{}, err
+	}
+	return phase(fmt.Sprintf("steady %d/s", rate), total, r.last.Sub(begin), r), nil
+}
+
+func waitAll(ctx context.Context, r *recorder, n int) error {
+	select {
+	case <-r.allDone:
+		return nil
+	case <-ctx.Done():
+		r.mu.Lock()
+		left := len(r.pending)
+		r.mu.Unlock()
+		return fmt.Errorf("bench: %d of %d tasks unfinished: %w", left, n, ctx.Err())
+	}
+}
+
+func phase(name string, n int, elapsed time.Duration, r *recorder) Phase {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Phase{
+		Name: name, Tasks: n, Elapsed: elapsed,
+		TasksPerSec:   float64(n) / elapsed.Seconds(),
+		SubmitToStart: percentiles(r.start),
+		SubmitToDone:  percentiles(r.done),
+	}
+}
