@@ -163,22 +163,25 @@ type load struct {
 	mu       sync.Mutex
 	capacity float64
 	inFlight float64
-	changed  chan struct{}
+	// reserve is the cost of a task turned away for lack of room: pulling
+	// pauses until it would fit, so big tasks are not starved by small ones.
+	reserve float64
+	changed chan struct{}
 }
 
 func newLoad(capacity float64) *load {
 	return &load{capacity: capacity, changed: make(chan struct{})}
 }
 
-// free blocks until in-flight cost is below capacity and returns how many
-// unit-cost tasks would fit (at least 1).
+// free blocks until there is room to pull and returns how many unit-cost
+// tasks would fit (at least 1).
 func (l *load) free(ctx context.Context) (int, bool) {
 	for {
 		l.mu.Lock()
-		if l.inFlight < l.capacity {
-			n := int(math.Ceil(l.capacity - l.inFlight))
+		room := l.capacity - l.inFlight
+		if room > 0 && (l.inFlight == 0 || l.reserve <= room) {
 			l.mu.Unlock()
-			return max(n, 1), true
+			return max(int(math.Ceil(room)), 1), true
 		}
 		ch := l.changed
 		l.mu.Unlock()
@@ -190,17 +193,32 @@ func (l *load) free(ctx context.Context) (int, bool) {
 	}
 }
 
-func (l *load) add(cost float64) {
+// admit takes cost into the in-flight load if it fits (anything fits an
+// idle executor) and reports whether it did.
+func (l *load) admit(cost float64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.inFlight += cost
-	if cost < 0 {
-		if l.inFlight < 1e-9 {
-			l.inFlight = 0
-		}
-		close(l.changed)
-		l.changed = make(chan struct{})
+	if l.inFlight > 0 && l.inFlight+cost > l.capacity+1e-9 {
+		l.reserve = max(l.reserve, cost)
+		return false
 	}
+	if cost >= l.reserve {
+		l.reserve = 0
+	}
+	l.inFlight += cost
+	return true
+}
+
+// release returns cost when a task ends.
+func (l *load) release(cost float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight -= cost
+	if l.inFlight < 1e-9 {
+		l.inFlight = 0
+	}
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 // InFlight returns the summed estimated cost of the tasks running now.

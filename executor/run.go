@@ -39,11 +39,16 @@ func (e *Executor) start(msg jetstream.Msg) {
 	if cost <= 0 {
 		cost = task.DefaultEstimatedCost
 	}
-	e.load.add(cost)
+	if !e.load.admit(cost) {
+		// No room for it now: hand it back at once (another executor may
+		// take it); this one pauses pulling until it would fit.
+		_ = msg.Nak()
+		return
+	}
 	e.runs.Add(1)
 	go func() {
 		defer e.runs.Done()
-		defer e.load.add(-cost)
+		defer e.load.release(cost)
 		e.execute(msg, d)
 	}()
 }

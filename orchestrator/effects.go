@@ -20,9 +20,14 @@ const maxCASRetries = 50
 
 // write records the transition cur → next (next.State is the target) with a
 // compare-and-set against rev and returns the new revision.
+//
+// The event's time is next.UpdatedAt when the caller set it (so times derived
+// from it, such as a retry time, agree with the event), otherwise now.
 func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, next task.Task, reason string) (uint64, error) {
-	now := o.now()
-	next.UpdatedAt = now
+	if !next.UpdatedAt.After(cur.UpdatedAt) {
+		next.UpdatedAt = o.now()
+	}
+	now := next.UpdatedAt
 	next.Reason = reason
 	ev := task.Event{Kind: task.KindTransition, From: cur.State, To: next.State, At: now, Actor: o.cfg.NodeID, Reason: reason, Task: next}
 	if rev == 0 {

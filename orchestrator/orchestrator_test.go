@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,9 +60,10 @@ func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	fail := true
+	var fail atomic.Bool
+	fail.Store(true)
 	ex.HandleFunc("flaky", func(ctx context.Context, j *executor.Job) (any, error) {
-		if fail {
+		if fail.Load() {
 			return nil, errors.New("boom")
 		}
 		return "ok", nil
@@ -84,7 +86,7 @@ func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
 	if err != nil || len(dls) != 1 || dls[0].Spec.ID != id || len(dls[0].Attempts) != 3 {
 		t.Fatalf("dead letters %+v, %v", dls, err)
 	}
-	fail = false
+	fail.Store(false)
 	if _, err := c.Redrive(ctx, id); err != nil {
 		t.Fatal(err)
 	}

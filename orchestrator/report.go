@@ -58,6 +58,7 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 // outcome computes a running task's next record from a report.
 func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	now := o.now()
+	t.UpdatedAt = now
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
 	}

@@ -1,0 +1,380 @@
+package executor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// queueReady submits specs and waits until the orchestrator has dispatched
+// all of them (no executor runs yet).
+func queueReady(t *testing.T, c *sdk.Client, nc *nats.Conn, specs []task.Spec) {
+	t.Helper()
+	ctx := testenv.Context(t, 2*time.Minute)
+	for i := 0; i < len(specs); i += 2000 {
+		if _, err := c.SubmitMany(ctx, specs[i:min(i+2000, len(specs))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, _ := jetstream.New(nc)
+	testenv.Eventually(t, 2*time.Minute, "all tasks dispatched", func() bool {
+		st, err := js.Stream(ctx, subject.StreamReady)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs >= uint64(len(specs))
+	})
+}
+
+func spec(t *testing.T, id, typ string, prio int, capability string) task.Spec {
+	s, err := task.New(typ, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ID, s.Priority, s.Capability = id, prio, capability
+	return s
+}
+
+func TestPriorityShareFollowsWeights(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	const perLevel = 600
+	var specs []task.Spec
+	for lvl := range task.Levels {
+		for i := range perLevel {
+			specs = append(specs, spec(t, fmt.Sprintf("p%d-%d", lvl, i), "work", lvl, "default"))
+		}
+	}
+	queueReady(t, c, c.Conn(), specs)
+
+	var mu sync.Mutex
+	var order []int
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 10})
+	ex.HandleFunc("work", func(_ context.Context, j *executor.Job) (any, error) {
+		mu.Lock()
+		order = append(order, j.Priority)
+		mu.Unlock()
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	const sample = 1000 // p0 (40 %) is not exhausted before 1,500 starts
+	testenv.Eventually(t, time.Minute, "1000 starts", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= sample
+	})
+	mu.Lock()
+	counts := make([]int, task.Levels)
+	for _, lvl := range order[:sample] {
+		counts[lvl]++
+	}
+	mu.Unlock()
+	for lvl, w := range executor.DefaultWeights {
+		share := 100 * float64(counts[lvl]) / sample
+		if math.Abs(share-float64(w)) > 5 {
+			t.Errorf("p%d: %.1f%% of starts, weight %d%% (±5): counts %v", lvl, share, w, counts)
+		}
+	}
+}
+
+func TestP0BehindP5BacklogStartsNextRound(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	const backlog = 50000
+	specs := make([]task.Spec, backlog)
+	for i := range specs {
+		specs[i] = spec(t, fmt.Sprintf("bulk-%d", i), "work", 5, "default")
+	}
+	queueReady(t, c, c.Conn(), specs)
+
+	const capacity = 8
+	var started atomic.Int64
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: capacity})
+	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
+		started.Add(1)
+		if j.Priority != 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	testenv.Eventually(t, time.Minute, "backlog being worked", func() bool { return started.Load() > 200 })
+
+	ctx := testenv.Context(t, time.Minute)
+	id, err := c.Submit(ctx, spec(t, "urgent", "work", 0, "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+		t.Fatalf("urgent: %+v %v", got, err)
+	}
+	h, err := c.History(ctx, id)
+	if err != nil || len(h) != 3 {
+		t.Fatalf("history %+v %v", h, err)
+	}
+	// The task histories are one totally ordered stream: count the claims
+	// of other tasks between the P0's dispatch and its own claim.
+	readyRev, runningRev := h[0].Revision, h[1].Revision
+	js, _ := jetstream.New(c.Conn())
+	cons, err := js.OrderedConsumer(ctx, subject.StreamTasks, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: readyRev + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind := 0
+	for {
+		msg, err := cons.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, _ := msg.Metadata()
+		if md.Sequence.Stream >= runningRev {
+			break
+		}
+		if strings.Contains(string(msg.Data()), `"to":"running"`) {
+			behind++
+		}
+	}
+	t.Logf("%d other tasks were claimed between the P0's dispatch and its start", behind)
+	// At most the round in flight (≤ capacity) and the round that finds it.
+	if behind > 2*capacity {
+		t.Fatalf("P0 started after %d other claims; want within the next pull round (≤ %d)", behind, 2*capacity)
+	}
+	if started.Load() >= backlog {
+		t.Fatal("the backlog drained first; the test proved nothing")
+	}
+}
+
+func TestIdleExecutorDoesNotPoll(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{IdleProbe: time.Hour})
+	ex.HandleFunc("work", func(context.Context, *executor.Job) (any, error) { return "done", nil })
+	testenv.Start(t, ex)
+
+	// Count pull requests to the ready consumers while the executor idles.
+	spy := testenv.Conn(t, srv.URL())
+	var pulls atomic.Int64
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamReady+".>", func(*nats.Msg) { pulls.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	time.Sleep(500 * time.Millisecond) // settle: the first empty rounds arm the doorbell
+	pulls.Store(0)
+	time.Sleep(2 * time.Second)
+	if n := pulls.Load(); n != 0 {
+		t.Fatalf("idle executor sent %d pull requests in 2s", n)
+	}
+	// With the idle probe at an hour, only the doorbell can wake it.
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 20*time.Second)
+	id, err := c.Submit(ctx, spec(t, "wake", "work", 3, "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+		t.Fatalf("idle executor did not wake for new work: %+v %v", got, err)
+	}
+}
+
+func TestCapabilityRouting(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	handler := func(_ context.Context, j *executor.Job) (any, error) { return nil, nil }
+	cpu := testenv.Executor(t, srv.URL(), executor.Config{ID: "cpu-1", Capabilities: []string{"cpu"}})
+	gpu := testenv.Executor(t, srv.URL(), executor.Config{ID: "gpu-1", Capabilities: []string{"gpu"}})
+	for _, ex := range []*executor.Executor{cpu, gpu} {
+		ex.HandleFunc("work", handler)
+		testenv.Start(t, ex)
+	}
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	var specs []task.Spec
+	for i := range 20 {
+		capability := []string{"cpu", "gpu"}[i%2]
+		specs = append(specs, spec(t, fmt.Sprintf("%s-%d", capability, i), "work", i%6, capability))
+	}
+	specs = append(specs, spec(t, "nobody", "work", 0, "tpu"))
+	if _, err := c.SubmitMany(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs[:20] {
+		got, err := c.Wait(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := s.Capability + "-1"; got.State != task.Succeeded || got.Executor != want {
+			t.Fatalf("%s ran on %q (%s), want %s", s.ID, got.Executor, got.State, want)
+		}
+	}
+	got, err := c.Get(ctx, "nobody")
+	if err != nil || got.State != task.Ready || got.Executor != "" {
+		t.Fatalf("task for an unserved capability: %+v %v; want it waiting in ready", got, err)
+	}
+}
+
+func TestCostAwareCapacity(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	specs := []task.Spec{}
+	big := spec(t, "big", "work", 1, "default")
+	big.EstimatedCost = 50
+	specs = append(specs, big)
+	for i := range 50 {
+		specs = append(specs, spec(t, fmt.Sprintf("small-%d", i), "work", 1, "default"))
+	}
+	queueReady(t, c, c.Conn(), specs)
+
+	var mu sync.Mutex
+	var inFlight, peak float64
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 50})
+	ex.HandleFunc("work", func(_ context.Context, j *executor.Job) (any, error) {
+		mu.Lock()
+		inFlight += j.EstimatedCost
+		peak = max(peak, inFlight)
+		mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		mu.Lock()
+		inFlight -= j.EstimatedCost
+		mu.Unlock()
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	ctx := testenv.Context(t, time.Minute)
+	for _, s := range specs {
+		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v", s.ID, got, err)
+		}
+	}
+	if peak > 50 {
+		t.Fatalf("in-flight cost peaked at %v, capacity 50", peak)
+	}
+}
+
+func TestTimeoutFailsAttemptAndRetries(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: fastRetry})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("slow-once", func(ctx context.Context, j *executor.Job) (any, error) {
+		if j.Attempt == 1 {
+			<-ctx.Done() // honours the execution timeout
+			return nil, ctx.Err()
+		}
+		return "fast", nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	s := spec(t, "t1", "slow-once", 2, "default")
+	s.Timeout = task.Duration(200 * time.Millisecond)
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != task.Succeeded || got.Attempt != 2 || len(got.Errors) != 1 || !strings.Contains(got.Errors[0].Error, "timed out after 200ms") {
+		t.Fatalf("got %+v", got)
+	}
+}
+
+func TestCancelRunningCancelsHandler(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	entered := make(chan struct{})
+	sawCancel := make(chan error, 1)
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("block", func(ctx context.Context, j *executor.Job) (any, error) {
+		close(entered)
+		<-ctx.Done()
+		sawCancel <- ctx.Err()
+		return nil, ctx.Err()
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := c.Submit(ctx, spec(t, "long", "block", 2, "default")); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	testenv.Eventually(t, 10*time.Second, "running", func() bool {
+		got, err := c.Get(ctx, "long")
+		return err == nil && got.State == task.Running
+	})
+	got, err := c.Cancel(ctx, "long", "operator changed their mind")
+	if err != nil || got.State != task.Cancelled {
+		t.Fatalf("cancel: %+v %v", got, err)
+	}
+	if err := <-sawCancel; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler context ended with %v, want cancelled", err)
+	}
+	final, _ := c.Get(ctx, "long")
+	if final.State != task.Cancelled || final.Reason != "operator changed their mind" {
+		t.Fatalf("final %+v", final)
+	}
+}
+
+func TestPermanentErrorAndRetryAfter(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("perm", func(context.Context, *executor.Job) (any, error) {
+		return nil, executor.Permanent(errors.New("invalid account"))
+	})
+	ex.HandleFunc("snooze", func(context.Context, *executor.Job) (any, error) {
+		return nil, executor.RetryAfter(time.Hour, errors.New("rate limited"))
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := c.Submit(ctx, spec(t, "p", "perm", 2, "default")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "p")
+	if err != nil || got.State != task.Failed || got.Attempt != 1 || !strings.Contains(got.Reason, "permanently") {
+		t.Fatalf("permanent: %+v %v", got, err)
+	}
+	if _, err := c.Submit(ctx, spec(t, "s", "snooze", 2, "default")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "retrying", func() bool {
+		got, err = c.Get(ctx, "s")
+		return err == nil && got.State == task.Retrying
+	})
+	if d := got.RetryAt.Sub(got.UpdatedAt); d != time.Hour {
+		t.Fatalf("retry in %v, want the handler's 1h", d)
+	}
+	if got, err := c.Cancel(ctx, "s", ""); err != nil || got.State != task.Cancelled {
+		t.Fatalf("cancel retrying: %+v %v", got, err)
+	}
+}

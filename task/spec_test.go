@@ -1,0 +1,96 @@
+package task
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeSpecDefaults(t *testing.T) {
+	s, err := DecodeSpec([]byte(`{"id":"a1","type":"t","payload":{"x":1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Priority != DefaultPriority || s.Capability != DefaultCapability || s.MaxRetries != DefaultMaxRetries ||
+		s.Timeout.Std() != DefaultTimeout || s.EstimatedCost != DefaultEstimatedCost {
+		t.Fatalf("defaults not applied: %+v", s)
+	}
+	s, err = DecodeSpec([]byte(`{"id":"a1","type":"t","priority":0,"max_retries":0,"timeout":"2s","estimated_cost":0.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Priority != 0 || s.MaxRetries != 0 || s.Timeout.Std() != 2*time.Second || s.EstimatedCost != 0.5 {
+		t.Fatalf("explicit zero values lost: %+v", s)
+	}
+}
+
+func TestBadSpecs(t *testing.T) {
+	big := `"` + strings.Repeat("x", DefaultMaxPayload) + `"`
+	tests := []struct {
+		name, in, want string
+	}{
+		{"malformed", `{"id":`, "decode task spec"},
+		{"wrong type", `{"id":"a","type":"t","priority":"high"}`, `field "priority"`},
+		{"unknown field", `{"id":"a","type":"t","colour":"red"}`, "unknown field"},
+		{"priority range", `{"id":"a","type":"t","priority":9}`, "priority: 9 is out of range"},
+		{"negative priority", `{"id":"a","type":"t","priority":-1}`, "priority"},
+		{"empty type", `{"id":"a","type":""}`, "type: is empty"},
+		{"bad id", `{"id":"a.b","type":"t"}`, "id:"},
+		{"bad capability", `{"id":"a","type":"t","capability":"a.b"}`, "capability"},
+		{"bad timeout", `{"id":"a","type":"t","timeout":"soon"}`, "duration"},
+		{"zero cost", `{"id":"a","type":"t","estimated_cost":0}`, "estimated_cost"},
+		{"self dependency", `{"id":"a","type":"t","depends_on":["a"]}`, "itself"},
+		{"duplicate dependency", `{"id":"a","type":"t","depends_on":["b","b"]}`, "twice"},
+		{"oversized payload", `{"id":"a","type":"t","payload":` + big + `}`, "exceeds the limit"},
+		{"trailing data", `{"id":"a","type":"t"} {}`, "trailing"},
+		{"too many retries", `{"id":"a","type":"t","max_retries":1000}`, "max_retries"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := DecodeSpec([]byte(tt.in))
+			if err == nil {
+				err = s.Validate(0)
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestGraphSorted(t *testing.T) {
+	mk := func(id string, deps ...string) Spec {
+		s, _ := New("t", nil)
+		s.ID, s.DependsOn = id, deps
+		return s
+	}
+	g := Graph{Tasks: []Spec{mk("d", "b", "c"), mk("b", "a"), mk("c", "a"), mk("a", "outside")}}
+	sorted, err := g.Sorted(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := map[string]int{}
+	for i, s := range sorted {
+		pos[s.ID] = i
+	}
+	if !(pos["a"] < pos["b"] && pos["a"] < pos["c"] && pos["b"] < pos["d"] && pos["c"] < pos["d"]) {
+		t.Fatalf("not topological: %v", pos)
+	}
+	cyc := Graph{Tasks: []Spec{mk("x", "z"), mk("y", "x"), mk("z", "y")}}
+	if _, err := cyc.Sorted(0); err == nil || !strings.Contains(err.Error(), "cycle") {
+		t.Fatalf("cycle not detected: %v", err)
+	}
+	dup := Graph{Tasks: []Spec{mk("x"), mk("x")}}
+	if _, err := dup.Sorted(0); err == nil {
+		t.Fatal("duplicate id accepted")
+	}
+}
+
+func TestNewIDSortable(t *testing.T) {
+	a := NewID()
+	time.Sleep(2 * time.Millisecond)
+	b := NewID()
+	if !(a < b) || !ValidID(a) {
+		t.Fatalf("ids %s, %s not sortable or invalid", a, b)
+	}
+}

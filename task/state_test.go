@@ -1,0 +1,38 @@
+package task
+
+import "testing"
+
+func TestTransitionTable(t *testing.T) {
+	allowed := map[[2]State]bool{}
+	for from, tos := range Transitions {
+		for _, to := range tos {
+			allowed[[2]State{from, to}] = true
+		}
+	}
+	for _, from := range States {
+		for _, to := range States {
+			got := CanTransition(from, to)
+			if got != allowed[[2]State{from, to}] {
+				t.Errorf("CanTransition(%s, %s) = %v, table says %v", from, to, got, !got)
+			}
+			if from.Terminal() && from != Failed && got {
+				t.Errorf("terminal %s may move to %s", from, to)
+			}
+		}
+		if got := CanTransition("", from); got != (from == Waiting || from == Ready || from == Cancelled) {
+			t.Errorf("create in %s = %v", from, got)
+		}
+	}
+	// The moves the orchestrator relies on.
+	for _, m := range [][2]State{{Waiting, Ready}, {Ready, Running}, {Running, Succeeded}, {Running, Retrying},
+		{Retrying, Ready}, {Running, Failed}, {Failed, Ready}, {Running, Running}, {Waiting, Cancelled}} {
+		if !CanTransition(m[0], m[1]) {
+			t.Errorf("%s -> %s must be allowed", m[0], m[1])
+		}
+	}
+	for _, m := range [][2]State{{Succeeded, Ready}, {Cancelled, Ready}, {Waiting, Running}, {Retrying, Running}, {Ready, Succeeded}} {
+		if CanTransition(m[0], m[1]) {
+			t.Errorf("%s -> %s must be refused", m[0], m[1])
+		}
+	}
+}
