@@ -49,6 +49,12 @@ func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
 	typ, _ := subject.TypeFromSubmit(msg.Subject())
 	spec, err := task.DecodeSpec(msg.Data())
 	if err != nil {
+		// Keep the id when the rest is bad, so the rejection can be looked up.
+		var probe struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(msg.Data(), &probe)
+		spec.ID = probe.ID
 		return spec, errRejected{err}
 	}
 	switch {
