@@ -1,0 +1,53 @@
+package subject
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestContractDocumentsEveryName keeps subjects.md in step with this package.
+func TestContractDocumentsEveryName(t *testing.T) {
+	doc, err := os.ReadFile("../../subjects.md")
+	if err != nil {
+		t.Fatalf("read subjects.md: %v", err)
+	}
+	names := []string{
+		StreamSubmit, StreamReady, StreamCompleted, StreamTasks, StreamTimers, StreamCommands, StreamDLQ, StreamRejected,
+		ConsumerSubmit, ConsumerCompleted, ConsumerTimers, ConsumerCommands, ConsumerMirror,
+		HeaderMsgID, HeaderReplyTo, HeaderSchedule, HeaderScheduleTarget,
+		SubmitAll, GraphSubmit, ReadyAll, CompletedAll, TaskAll, TimerAll, FireAll, CommandAll, DLQAll, RejectedAll,
+		Submit("<type>"), Ready("<capability>", 0)[:len("task.ready.<capability>.p")] + "<N>", Completed("<type>"),
+		Task("<id>"), Timer("<kind>", "<id>"), Fire("<kind>", "<id>"), Command("<kind>", "<id>"), DLQ("<id>"),
+		Rejected("<id>", ""), Rejected("", "<unique>"), CancelSignal("<id>"),
+		"ax-ready-<capability>-p<N>", string(TimerRetry), CommandCancel, CommandRedrive,
+	}
+	for _, n := range names {
+		if !strings.Contains(string(doc), n) {
+			t.Errorf("subjects.md does not mention %q", n)
+		}
+	}
+}
+
+func TestNames(t *testing.T) {
+	if got := Ready("gpu", 3); got != "task.ready.gpu.p3" {
+		t.Errorf("Ready = %q", got)
+	}
+	if lvl, ok := ReadyLevel("task.ready.gpu.p3"); !ok || lvl != 3 {
+		t.Errorf("ReadyLevel = %d %v", lvl, ok)
+	}
+	for _, bad := range []string{"task.ready.gpu", "task.ready.gpu.p9", "task.ready.gpu.px", "other.p1"} {
+		if _, ok := ReadyLevel(bad); ok {
+			t.Errorf("ReadyLevel(%q) accepted", bad)
+		}
+	}
+	if typ, ok := TypeFromSubmit("task.submit.email.send"); !ok || typ != "email.send" {
+		t.Errorf("TypeFromSubmit = %q %v", typ, ok)
+	}
+	if kind, id, ok := ParseCommand("ax.cmd.cancel.a/b"); !ok || kind != "cancel" || id != "a/b" {
+		t.Errorf("ParseCommand = %q %q %v", kind, id, ok)
+	}
+	if _, _, ok := ParseCommand("ax.cmd.cancel"); ok {
+		t.Error("ParseCommand accepted a subject without id")
+	}
+}
