@@ -61,7 +61,7 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		delivered = md.NumDelivered
 	}
 	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
-	t, ok, err := e.claim(claimCtx, d, delivered)
+	t, claimedFrom, claimRev, ok, err := e.claim(claimCtx, d, delivered)
 	cancelClaim()
 	if err != nil {
 		log.Warn().Err(err).Msg("claim failed; will retry")
@@ -81,7 +81,6 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 	defer e.untrack(t.ID, ex)
 
 	stopBeat := e.heartbeat(msg)
-	started := e.cfg.Now().UTC()
 	result, herr := e.call(hctx, t)
 	finished := e.cfg.Now().UTC()
 	stopBeat()
@@ -100,7 +99,8 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		herr = fmt.Errorf("execution timed out after %s: %w", t.Timeout.Std(), herr)
 	}
 	r := task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
-		Executor: e.cfg.ID, StartedAt: started, FinishedAt: finished, Status: task.OutcomeSucceeded}
+		Executor: e.cfg.ID, StartedAt: *t.StartedAt, FinishedAt: finished, Status: task.OutcomeSucceeded,
+		DispatchRevision: claimedFrom, ClaimRevision: claimRev}
 	if herr == nil {
 		r.Result, herr = encodeResult(result)
 	}
@@ -130,41 +130,34 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 // was cancelled, superseded by a newer dispatch, or is run by another
 // executor. A redelivered dispatch (delivered > 1) takes over a running
 // execution: its previous executor stopped heart-beating.
-func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (task.Task, bool, error) {
+func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (claimed task.Task, from, to uint64, ok bool, err error) {
 	cur, rev := d.Task, d.Revision
 	for range 20 {
-		next := cur
-		now := e.cfg.Now().UTC()
-		next.State = task.Running
-		next.Executor = e.cfg.ID
-		next.StartedAt = &now
-		next.UpdatedAt = now
-		reason := "claimed by " + e.cfg.ID
+		next := cur.Claimed(e.cfg.ID, e.cfg.Now().UTC())
 		if cur.State == task.Running {
-			reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", e.cfg.ID, cur.Executor, delivered)
+			next.Reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", e.cfg.ID, cur.Executor, delivered)
 		}
-		next.Reason = reason
-		ev := task.Event{Kind: task.KindTransition, From: cur.State, To: task.Running, At: now, Actor: e.cfg.ID, Reason: reason, Task: next}
-		_, err := e.store.Write(ctx, ev, rev)
+		ev := task.Event{Kind: task.KindTransition, From: cur.State, To: task.Running, At: next.UpdatedAt, Actor: e.cfg.ID, Reason: next.Reason, Task: next}
+		newRev, err := e.store.Write(ctx, ev, rev)
 		if err == nil {
-			return next, true, nil
+			return next, rev, newRev, true, nil
 		}
 		if !errors.Is(err, store.ErrConflict) {
-			return cur, false, err
+			return cur, 0, 0, false, err
 		}
 		if cur, rev, err = e.store.Get(ctx, d.ID); err != nil {
-			return cur, false, err
+			return cur, 0, 0, false, err
 		}
 		switch {
 		case cur.ExecutionID != d.ExecutionID:
-			return cur, false, nil
+			return cur, 0, 0, false, nil
 		case cur.State == task.Ready:
 		case cur.State == task.Running && delivered > 1:
 		default:
-			return cur, false, nil
+			return cur, 0, 0, false, nil
 		}
 	}
-	return cur, false, fmt.Errorf("claim %s: too many concurrent changes", d.ID)
+	return cur, 0, 0, false, fmt.Errorf("claim %s: too many concurrent changes", d.ID)
 }
 
 // call runs the handler, turning a panic into an error.

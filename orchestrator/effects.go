@@ -76,7 +76,17 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.Priority), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
+	o.dispatched.Add(t.ID, dispatched{task: t, revision: rev})
 	return nil
+}
+
+// dispatchCacheSize bounds the dispatches remembered for handleReport.
+const dispatchCacheSize = 100_000
+
+// dispatched is a task as it was dispatched, at its revision.
+type dispatched struct {
+	task     task.Task
+	revision uint64
 }
 
 // readyNext returns t prepared for a new dispatch (attempt n).
@@ -123,7 +133,10 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 			default:
 				allSucceeded = false
 			}
-			if blocker != "" {
+			// Registering must visit every upstream; a release check can
+			// stop at the first that has not succeeded (a failed one
+			// cancels its dependents itself).
+			if blocker != "" || (!allSucceeded && !register) {
 				break
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -30,6 +31,9 @@ type Orchestrator struct {
 	store *store.Store
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
 	timers jetstream.Stream
+	// dispatched remembers recent dispatches so a report can be applied
+	// without reading the task back (see handleReport).
+	dispatched *lru.Cache[string, dispatched]
 
 	mu     sync.Mutex
 	stopFn context.CancelFunc
@@ -47,7 +51,12 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	return &Orchestrator{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
+	cache, err := lru.New[string, dispatched](dispatchCacheSize)
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: cache,
+		log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
 }
 
 // Start creates the topology and consumers and starts consuming. It returns

@@ -24,8 +24,17 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 		o.log.Warn().Str("task_id", r.ID).Str("status", string(r.Status)).Msg("dropping report with unknown status")
 		return nil
 	}
+	// Fast path: the executor claimed exactly the dispatch remembered here,
+	// so the running record is that dispatch claimed (task.Claimed) at the
+	// claim revision. The compare-and-set below verifies it: if anything
+	// else happened to the task, the write fails and the slow path reads it.
+	t, rev, known := o.claimedFromCache(r)
 	for range maxCASRetries {
-		t, rev, err := o.store.Get(ctx, r.ID)
+		var err error
+		if !known {
+			t, rev, err = o.store.Get(ctx, r.ID)
+		}
+		known = false
 		if errors.Is(err, store.ErrNotFound) {
 			o.log.Warn().Str("task_id", r.ID).Msg("dropping report for unknown task")
 			return nil
@@ -53,6 +62,15 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 		}
 	}
 	return fmt.Errorf("apply report of %s: too many concurrent changes", r.ID)
+}
+
+func (o *Orchestrator) claimedFromCache(r task.Report) (task.Task, uint64, bool) {
+	d, ok := o.dispatched.Get(r.ID)
+	if !ok || r.DispatchRevision == 0 || r.ClaimRevision == 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
+		return task.Task{}, 0, false
+	}
+	o.dispatched.Remove(r.ID)
+	return d.task.Claimed(r.Executor, r.StartedAt), r.ClaimRevision, true
 }
 
 // outcome computes a running task's next record from a report.

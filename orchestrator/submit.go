@@ -35,7 +35,7 @@ func (o *Orchestrator) handleSubmit(ctx context.Context, msg jetstream.Msg) erro
 	}
 	spec, err := o.decodeSubmission(msg)
 	if err == nil {
-		err = o.create(ctx, spec, nil)
+		err = o.create(ctx, spec, nil, nil)
 	}
 	var rej errRejected
 	if errors.As(err, &rej) {
@@ -107,8 +107,18 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 	for _, s := range sorted {
 		inGraph[s.ID] = true
 	}
+	// In-graph edges are written into each upstream's record when it is
+	// created, instead of one compare-and-set per edge afterwards.
+	children := make(map[string][]string)
 	for _, s := range sorted {
-		if err := o.create(ctx, s, inGraph); err != nil {
+		for _, dep := range s.DependsOn {
+			if inGraph[dep] {
+				children[dep] = append(children[dep], s.ID)
+			}
+		}
+	}
+	for _, s := range sorted {
+		if err := o.create(ctx, s, inGraph, children[s.ID]); err != nil {
 			var rej errRejected
 			if errors.As(err, &rej) {
 				return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: %w", s.ID, rej.reason))
@@ -135,10 +145,11 @@ func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstr
 
 // create makes a new task unless one with its id exists (idempotent submit),
 // then ensures the effects of whatever state the task is in. Dependencies
-// must exist unless they are in known (the rest of the same graph).
-func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[string]bool) error {
+// must exist unless they are in known (the rest of the same graph), whose
+// members depending on this task are its dependents.
+func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[string]bool, dependents []string) error {
 	now := o.now()
-	t := task.Task{Spec: spec, SubmittedAt: now}
+	t := task.Task{Spec: spec, SubmittedAt: now, Dependents: dependents}
 	if len(spec.DependsOn) == 0 {
 		t = o.readyNext(t, 1)
 	} else {

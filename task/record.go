@@ -83,6 +83,18 @@ type Dispatch struct {
 	Revision uint64 `json:"revision"`
 }
 
+// Claimed returns t as claimed by an executor at a time: the running
+// record an executor writes. The orchestrator rebuilds the same record from a
+// report instead of reading it back.
+func (t Task) Claimed(executor string, at time.Time) Task {
+	t.State = Running
+	t.Executor = executor
+	t.StartedAt = &at
+	t.UpdatedAt = at
+	t.Reason = "claimed by " + executor
+	return t
+}
+
 // Outcome is what an attempt ended with.
 type Outcome string
 
@@ -103,6 +115,11 @@ type Report struct {
 	Executor    string          `json:"executor"`
 	StartedAt   time.Time       `json:"started_at"`
 	FinishedAt  time.Time       `json:"finished_at"`
+	// DispatchRevision and ClaimRevision are the task's revision when it was
+	// dispatched and after the executor's claim. The orchestrator uses them
+	// to skip reading the task back; they are hints, checked by CAS.
+	DispatchRevision uint64 `json:"dispatch_revision,omitempty"`
+	ClaimRevision    uint64 `json:"claim_revision,omitempty"`
 	// Permanent asks for no retry of a failure.
 	Permanent bool `json:"permanent,omitempty"`
 	// RetryAfter asks for the next attempt after this delay instead of the backoff.

@@ -5,6 +5,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -268,7 +269,11 @@ func watch(ctx context.Context, nc *nats.Conn, rec *atomicRecorder) error {
 	if err != nil {
 		return fmt.Errorf("watch: %w", err)
 	}
+	succeeded := []byte(`"to":"succeeded"`)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		if !bytes.Contains(msg.Data(), succeeded) {
+			return // decode only what is measured
+		}
 		var ev struct {
 			To   task.State `json:"to"`
 			At   time.Time  `json:"at"`

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// BenchmarkEndToEnd runs b.N no-op tasks through the whole path on an
+// embedded server and reports tasks/s and latency percentiles:
+//
+//	go test ./internal/bench -run - -bench EndToEnd -benchtime 20000x
+func BenchmarkEndToEnd(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	phases, err := Run(ctx, Config{Tasks: b.N})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := phases[0]
+	b.ReportMetric(p.TasksPerSec, "tasks/s")
+	b.ReportMetric(float64(p.SubmitToDone.P99.Microseconds())/1000, "p99-done-ms")
+}
+
+// TestRunSmall checks the benchmark's own plumbing on a few tasks.
+func TestRunSmall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	phases, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(phases) != 2 || phases[0].Tasks != 200 || phases[1].Tasks != 200 {
+		t.Fatalf("phases %+v", phases)
+	}
+	for _, p := range phases {
+		if p.SubmitToDone.Max <= 0 || p.SubmitToStart.P50 <= 0 || p.TasksPerSec <= 0 {
+			t.Fatalf("phase %s measured nothing: %+v", p.Name, p)
+		}
+	}
+}
