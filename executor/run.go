@@ -76,6 +76,11 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 	ex := &execution{executionID: t.ExecutionID}
 	hctx, cancel := context.WithTimeout(ctx, t.Timeout.Std())
 	defer cancel()
+	if t.ExpiresAt != nil {
+		var cancelDeadline context.CancelFunc
+		hctx, cancelDeadline = context.WithDeadline(hctx, *t.ExpiresAt)
+		defer cancelDeadline()
+	}
 	ex.cancel = cancel
 	e.track(t.ID, ex)
 	defer e.untrack(t.ID, ex)
@@ -96,7 +101,11 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		return
 	}
 	if herr != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
-		herr = fmt.Errorf("execution timed out after %s: %w", t.Timeout.Std(), herr)
+		if t.ExpiresAt != nil && !finished.Before(*t.ExpiresAt) {
+			herr = fmt.Errorf("task deadline %s passed: %w", t.ExpiresAt.Format(time.RFC3339Nano), herr)
+		} else {
+			herr = fmt.Errorf("execution timed out after %s: %w", t.Timeout.Std(), herr)
+		}
 	}
 	r := task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
 		Executor: e.cfg.ID, StartedAt: *t.StartedAt, FinishedAt: finished, Status: task.OutcomeSucceeded,

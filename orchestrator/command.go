@@ -84,7 +84,7 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason string) (task.Task
 		next.State = task.Cancelled
 		now := o.now()
 		next.FinishedAt = &now
-		newRev, err := o.write(ctx, t, rev, next, reason)
+		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
 			return next, o.ensureEffects(ctx, next, newRev)
 		}
@@ -122,7 +122,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 		next.Errors = nil
 		next.Result = nil
 		next.Redrives++
-		newRev, err := o.write(ctx, t, rev, next, reason)
+		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
 			if err := o.dispatch(ctx, next, newRev); err != nil {
 				return next, err

@@ -23,13 +23,16 @@ const maxCASRetries = 50
 //
 // The event's time is next.UpdatedAt when the caller set it (so times derived
 // from it, such as a retry time, agree with the event), otherwise now.
-func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, next task.Task, reason string) (uint64, error) {
+//
+// It sets next's reason and update time, so the caller's record is the one
+// written.
+func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, next *task.Task, reason string) (uint64, error) {
 	if !next.UpdatedAt.After(cur.UpdatedAt) {
 		next.UpdatedAt = o.now()
 	}
 	now := next.UpdatedAt
 	next.Reason = reason
-	ev := task.Event{Kind: task.KindTransition, From: cur.State, To: next.State, At: now, Actor: o.cfg.NodeID, Reason: reason, Task: next}
+	ev := task.Event{Kind: task.KindTransition, From: cur.State, To: next.State, At: now, Actor: o.cfg.NodeID, Reason: reason, Task: *next}
 	if rev == 0 {
 		ev.From = ""
 	}
@@ -39,8 +42,18 @@ func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, nex
 // ensureEffects makes sure everything that follows from a task being in its
 // current state has happened. Every step is idempotent.
 func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint64) error {
+	if t.State.Terminal() {
+		if err := o.disarmTimers(ctx, t); err != nil {
+			return err
+		}
+	}
 	switch t.State {
 	case task.Waiting:
+		if t.StartAt != nil && t.StartAt.After(o.now()) {
+			if err := o.armTimer(ctx, subject.TimerStart, timerFire{ID: t.ID, At: *t.StartAt}); err != nil {
+				return err
+			}
+		}
 		return o.resolveWaiting(ctx, t, rev, true)
 	case task.Ready:
 		return o.dispatch(ctx, t, rev)
@@ -58,10 +71,30 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 		if err := o.nc.Publish(subject.CancelSignal(t.ID), nil); err != nil {
 			return fmt.Errorf("signal cancel of %s: %w", t.ID, err)
 		}
-		if err := o.cancelTimer(ctx, subject.TimerRetry, t.ID); err != nil {
+		return o.cancelDependents(ctx, t)
+	}
+	return nil
+}
+
+// disarmTimers removes the pending timers a finished task may still have.
+func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
+	kinds := []subject.TimerKind{}
+	if t.RetryAt != nil || len(t.Errors) > 0 {
+		kinds = append(kinds, subject.TimerRetry)
+	}
+	if t.StartAt != nil && t.StartAt.After(o.now()) {
+		kinds = append(kinds, subject.TimerStart)
+	}
+	if t.ExpiresAt != nil && t.ExpiresAt.After(o.now()) {
+		kinds = append(kinds, subject.TimerDeadline)
+	}
+	if t.DispatchTimeout > 0 {
+		kinds = append(kinds, subject.TimerDispatch)
+	}
+	for _, k := range kinds {
+		if err := o.cancelTimer(ctx, k, t.ID); err != nil {
 			return err
 		}
-		return o.cancelDependents(ctx, t)
 	}
 	return nil
 }
@@ -77,6 +110,13 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
 	o.dispatched.Add(t.ID, dispatched{task: t, revision: rev})
+	if t.DispatchTimeout > 0 {
+		at := o.now().Add(t.DispatchTimeout.Std())
+		if t.ReadyAt != nil {
+			at = t.ReadyAt.Add(t.DispatchTimeout.Std())
+		}
+		return o.armTimer(ctx, subject.TimerDispatch, timerFire{ID: t.ID, ExecutionID: t.ExecutionID, At: at})
+	}
 	return nil
 }
 
@@ -100,6 +140,7 @@ func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
 	t.StartedAt = nil
 	t.FinishedAt = nil
 	t.ReadyAt = &now
+	t.Dispatches = 1
 	return t
 }
 
@@ -149,13 +190,18 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 			now := o.now()
 			next.FinishedAt = &now
 			reason = fmt.Sprintf("upstream %s is %s", blocker, blockerState)
+		case allSucceeded && t.StartAt != nil && t.StartAt.After(o.now()):
+			return nil // its start timer releases it
 		case allSucceeded:
 			next = o.readyNext(t, 1)
 			reason = "dependencies succeeded"
+			if len(t.DependsOn) == 0 {
+				reason = "start time reached"
+			}
 		default:
 			return nil
 		}
-		newRev, err := o.write(ctx, t, rev, next, reason)
+		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
 			return o.ensureEffects(ctx, next, newRev)
 		}
@@ -253,7 +299,7 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 		next.State = task.Cancelled
 		now := o.now()
 		next.FinishedAt = &now
-		newRev, err := o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
+		newRev, err := o.write(ctx, child, rev, &next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
 		if err == nil {
 			return o.ensureEffects(ctx, next, newRev)
 		}

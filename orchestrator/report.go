@@ -53,7 +53,7 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 			return o.ensureEffects(ctx, t, rev)
 		}
 		next, reason := o.outcome(t, r)
-		newRev, err := o.write(ctx, t, rev, next, reason)
+		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
 			return o.ensureEffects(ctx, next, newRev)
 		}
@@ -88,6 +88,10 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	}
 	t.Errors = append(t.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: r.Error, At: now})
 	switch {
+	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
+		t.State = task.Expired
+		t.FinishedAt = &now
+		return t, fmt.Sprintf("deadline %s passed while running", t.ExpiresAt.Format(time.RFC3339Nano))
 	case r.Permanent:
 		t.State = task.Failed
 		t.FinishedAt = &now

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -150,7 +151,24 @@ func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstr
 func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[string]bool, dependents []string) error {
 	now := o.now()
 	t := task.Task{Spec: spec, SubmittedAt: now, Dependents: dependents}
-	if len(spec.DependsOn) == 0 {
+	switch {
+	case spec.RunAt != nil:
+		at := spec.RunAt.UTC()
+		t.StartAt = &at
+	case spec.Delay > 0:
+		at := now.Add(spec.Delay.Std())
+		t.StartAt = &at
+	}
+	switch {
+	case spec.Deadline != nil:
+		at := spec.Deadline.UTC()
+		t.ExpiresAt = &at
+	case spec.TTL > 0:
+		at := now.Add(spec.TTL.Std())
+		t.ExpiresAt = &at
+	}
+	delayed := t.StartAt != nil && t.StartAt.After(now)
+	if len(spec.DependsOn) == 0 && !delayed {
 		t = o.readyNext(t, 1)
 	} else {
 		existing, rev, err := o.store.Get(ctx, spec.ID)
@@ -173,7 +191,11 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[str
 		}
 		t.State = task.Waiting
 	}
-	rev, err := o.write(ctx, task.Task{}, 0, t, "submitted")
+	reason := "submitted"
+	if delayed {
+		reason = "submitted; scheduled for " + t.StartAt.Format(time.RFC3339Nano)
+	}
+	rev, err := o.write(ctx, task.Task{}, 0, &t, reason)
 	if errors.Is(err, store.ErrConflict) {
 		existing, rev, err := o.store.Get(ctx, spec.ID)
 		if err != nil {
@@ -185,6 +207,9 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[str
 		return err
 	}
 	o.log.Debug().Str("task_id", t.ID).Str("state", string(t.State)).Msg("task created")
+	if err := o.armDeadline(ctx, t); err != nil {
+		return err
+	}
 	return o.ensureEffects(ctx, t, rev)
 }
 
@@ -194,6 +219,10 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[str
 func (o *Orchestrator) duplicate(ctx context.Context, spec task.Spec, existing task.Task, rev uint64) error {
 	if !reflect.DeepEqual(normalized(spec), normalized(existing.Spec)) {
 		o.log.Warn().Str("task_id", spec.ID).Msg("duplicate submission with a different spec ignored; the first one stands")
+	}
+	// A redelivered submission may have crashed before arming the deadline.
+	if err := o.armDeadline(ctx, existing); err != nil {
+		return err
 	}
 	return o.ensureEffects(ctx, existing, rev)
 }

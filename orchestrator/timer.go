@@ -18,10 +18,11 @@ import (
 // timerFire is the body of a timer's message (ax.timer.<kind>.<id>, and the
 // copy delivered on ax.fire.<kind>.<id>).
 type timerFire struct {
-	ID      string    `json:"id"`
-	Kind    string    `json:"kind"`
-	Attempt int       `json:"attempt"`
-	At      time.Time `json:"at"`
+	ID          string    `json:"id"`
+	Kind        string    `json:"kind"`
+	Attempt     int       `json:"attempt,omitempty"`
+	ExecutionID string    `json:"execution_id,omitempty"`
+	At          time.Time `json:"at"`
 }
 
 // armRetry makes sure a retrying task has its durable timer: a JetStream
@@ -35,6 +36,7 @@ func (o *Orchestrator) armRetry(ctx context.Context, t task.Task) error {
 }
 
 func (o *Orchestrator) armTimer(ctx context.Context, kind subject.TimerKind, f timerFire) error {
+	f.Kind = string(kind)
 	data, err := json.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode timer of %s: %w", f.ID, err)
@@ -73,6 +75,12 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 	switch subject.TimerKind(f.Kind) {
 	case subject.TimerRetry:
 		return o.fireRetry(ctx, f)
+	case subject.TimerStart:
+		return o.fireStart(ctx, f)
+	case subject.TimerDeadline:
+		return o.fireDeadline(ctx, f)
+	case subject.TimerDispatch:
+		return o.fireDispatch(ctx, f)
 	default:
 		o.log.Warn().Str("kind", f.Kind).Str("task_id", f.ID).Msg("dropping timer of unknown kind")
 		return nil
@@ -97,7 +105,7 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 			return nil // cancelled, re-driven or already handled
 		}
 		next := o.readyNext(t, t.Attempt+1)
-		newRev, err := o.write(ctx, t, rev, next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries))
+		newRev, err := o.write(ctx, t, rev, &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries))
 		if err == nil {
 			return o.dispatch(ctx, next, newRev)
 		}
@@ -106,4 +114,104 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 		}
 	}
 	return fmt.Errorf("retry %s: too many concurrent changes", f.ID)
+}
+
+// armDeadline makes sure an unfinished task with a deadline has its timer.
+func (o *Orchestrator) armDeadline(ctx context.Context, t task.Task) error {
+	if t.ExpiresAt == nil || t.State.Terminal() {
+		return nil
+	}
+	return o.armTimer(ctx, subject.TimerDeadline, timerFire{ID: t.ID, At: *t.ExpiresAt})
+}
+
+// fireStart releases a delayed task whose start time has come (if its
+// dependencies allow).
+func (o *Orchestrator) fireStart(ctx context.Context, f timerFire) error {
+	t, rev, err := o.store.Get(ctx, f.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if t.State != task.Waiting {
+		return nil
+	}
+	return o.resolveWaiting(ctx, t, rev, false)
+}
+
+// fireDeadline expires a task that has not finished by its deadline,
+// wherever it is; a running handler is told to stop.
+func (o *Orchestrator) fireDeadline(ctx context.Context, f timerFire) error {
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, f.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if t.State.Terminal() {
+			if t.State == task.Expired {
+				return o.ensureEffects(ctx, t, rev) // replay after a crash
+			}
+			return nil
+		}
+		if t.ExpiresAt == nil || t.ExpiresAt.After(o.now().Add(time.Second)) {
+			return nil // not this task's deadline (a stale timer)
+		}
+		next := t
+		next.State = task.Expired
+		now := o.now()
+		next.FinishedAt = &now
+		reason := fmt.Sprintf("deadline %s passed while %s", t.ExpiresAt.Format(time.RFC3339Nano), t.State)
+		newRev, err := o.write(ctx, t, rev, &next, reason)
+		if err == nil {
+			return o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("expire %s: too many concurrent changes", f.ID)
+}
+
+// fireDispatch handles a dispatch that no executor started in time: it is
+// dispatched again with a new execution id, or after MaxDispatches the task
+// fails naming the capability nobody served.
+func (o *Orchestrator) fireDispatch(ctx context.Context, f timerFire) error {
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, f.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if t.State != task.Ready || t.ExecutionID != f.ExecutionID {
+			return nil // started, or already re-dispatched
+		}
+		var next task.Task
+		var reason string
+		if t.Dispatches < t.MaxDispatches {
+			next = o.readyNext(t, t.Attempt)
+			next.Dispatches = t.Dispatches + 1
+			reason = fmt.Sprintf("not started within %s; dispatch %d of %d", t.DispatchTimeout.Std(), next.Dispatches, t.MaxDispatches)
+		} else {
+			next = t
+			next.State = task.Failed
+			now := o.now()
+			next.FinishedAt = &now
+			reason = fmt.Sprintf("not started after %d dispatches of %s each: no executor took capability %q", t.Dispatches, t.DispatchTimeout.Std(), t.Capability)
+			next.Errors = append(next.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: now})
+		}
+		newRev, err := o.write(ctx, t, rev, &next, reason)
+		if err == nil {
+			return o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	return fmt.Errorf("re-dispatch %s: too many concurrent changes", f.ID)
 }

@@ -34,6 +34,12 @@ type Task struct {
 	RetryAt *time.Time `json:"retry_at,omitempty"`
 	// Redrives counts how often the task was re-driven from the dead-letter queue.
 	Redrives int `json:"redrives,omitempty"`
+	// StartAt is when a delayed task may become ready (from delay or run_at).
+	StartAt *time.Time `json:"start_at,omitempty"`
+	// ExpiresAt is when an unfinished task expires (from deadline or ttl).
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	// Dispatches counts the dispatches of the current attempt.
+	Dispatches int `json:"dispatches,omitempty"`
 
 	SubmittedAt time.Time  `json:"submitted_at"`
 	ReadyAt     *time.Time `json:"ready_at,omitempty"`

@@ -28,6 +28,8 @@ const (
 	MaxDependencies = 1000
 	// DefaultMaxPayload is the largest payload accepted unless configured otherwise.
 	DefaultMaxPayload = 256 << 10
+	// DefaultMaxDispatches applies when a dispatch timeout is set.
+	DefaultMaxDispatches = 3
 )
 
 // Spec is what a producer submits on task.submit.<type>. JSON field names are
@@ -51,6 +53,22 @@ type Spec struct {
 	Timeout Duration `json:"timeout"`
 	// EstimatedCost is the task's weight against an executor's capacity.
 	EstimatedCost float64 `json:"estimated_cost"`
+
+	// Delay holds the task until this long after it was accepted.
+	Delay Duration `json:"delay,omitempty"`
+	// RunAt holds the task until this time. At most one of Delay and RunAt.
+	RunAt *time.Time `json:"run_at,omitempty"`
+	// Deadline expires the task if it has not finished by then.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// TTL expires the task if it has not finished this long after it was
+	// accepted. At most one of Deadline and TTL.
+	TTL Duration `json:"ttl,omitempty"`
+	// DispatchTimeout re-dispatches a ready task no executor started within
+	// it (new execution id), up to MaxDispatches times, then fails it.
+	DispatchTimeout Duration `json:"dispatch_timeout,omitempty"`
+	// MaxDispatches bounds dispatches per attempt when DispatchTimeout is
+	// set. Default 3.
+	MaxDispatches int `json:"max_dispatches,omitempty"`
 }
 
 // wireSpec mirrors Spec with pointers so absent fields can be told from zero.
@@ -64,6 +82,13 @@ type wireSpec struct {
 	MaxRetries    *int            `json:"max_retries"`
 	Timeout       *Duration       `json:"timeout"`
 	EstimatedCost *float64        `json:"estimated_cost"`
+
+	Delay           Duration   `json:"delay"`
+	RunAt           *time.Time `json:"run_at"`
+	Deadline        *time.Time `json:"deadline"`
+	TTL             Duration   `json:"ttl"`
+	DispatchTimeout Duration   `json:"dispatch_timeout"`
+	MaxDispatches   int        `json:"max_dispatches"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -83,7 +108,9 @@ func DecodeSpec(data []byte) (Spec, error) {
 }
 
 func (w wireSpec) spec() Spec {
-	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Capability: w.Capability, DependsOn: w.DependsOn}
+	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Capability: w.Capability, DependsOn: w.DependsOn,
+		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
+		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches}
 	s.Priority = DefaultPriority
 	if w.Priority != nil {
 		s.Priority = *w.Priority
@@ -118,6 +145,9 @@ func (s *Spec) Normalize() {
 	}
 	if s.EstimatedCost == 0 {
 		s.EstimatedCost = DefaultEstimatedCost
+	}
+	if s.DispatchTimeout > 0 && s.MaxDispatches == 0 {
+		s.MaxDispatches = DefaultMaxDispatches
 	}
 }
 
@@ -183,6 +213,20 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"payload", fmt.Sprintf("%d bytes exceeds the limit of %d", len(s.Payload), maxPayload)}
 	case len(s.DependsOn) > MaxDependencies:
 		return &ValidationError{"depends_on", fmt.Sprintf("%d dependencies exceed the limit of %d", len(s.DependsOn), MaxDependencies)}
+	}
+	switch {
+	case s.Delay < 0:
+		return &ValidationError{"delay", "must not be negative"}
+	case s.Delay > 0 && s.RunAt != nil:
+		return &ValidationError{"run_at", "give delay or run_at, not both"}
+	case s.TTL < 0:
+		return &ValidationError{"ttl", "must not be negative"}
+	case s.TTL > 0 && s.Deadline != nil:
+		return &ValidationError{"deadline", "give deadline or ttl, not both"}
+	case s.DispatchTimeout < 0:
+		return &ValidationError{"dispatch_timeout", "must not be negative"}
+	case s.MaxDispatches < 0 || s.MaxDispatches > 100:
+		return &ValidationError{"max_dispatches", fmt.Sprintf("%d is out of range 0..100", s.MaxDispatches)}
 	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
 		return &ValidationError{"payload", "is not valid JSON"}

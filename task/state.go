@@ -55,7 +55,7 @@ func (s State) Valid() bool {
 // Cancelled (when an upstream dependency already did not succeed).
 var Transitions = map[State][]State{
 	Waiting:   {Ready, Cancelled, Expired},
-	Ready:     {Running, Ready, Cancelled, Expired},
+	Ready:     {Running, Ready, Failed, Cancelled, Expired},
 	Running:   {Succeeded, Retrying, Failed, Running, Cancelled, Expired},
 	Retrying:  {Ready, Cancelled, Expired},
 	Failed:    {Ready},

@@ -116,7 +116,16 @@ type TimerKind string
 
 // Timer kinds.
 const (
+	// TimerRetry makes a retrying task ready again.
 	TimerRetry TimerKind = "retry"
+	// TimerStart makes a delayed task (delay, run_at) ready.
+	TimerStart TimerKind = "start"
+	// TimerDeadline expires an unfinished task (deadline, ttl).
+	TimerDeadline TimerKind = "deadline"
+	// TimerDispatch re-dispatches a ready task nobody started (dispatch_timeout).
+	TimerDispatch TimerKind = "dispatch"
+	// TimerSchedule fires a recurring schedule.
+	TimerSchedule TimerKind = "schedule"
 )
 
 // Timer is the schedule subject of a task's timer of a kind (one per kind).
