@@ -17,22 +17,29 @@ import (
 func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) error {
 	kind, id, ok := subject.ParseCommand(msg.Subject())
 	var req task.CommandRequest
-	if len(msg.Data()) > 0 {
+	if len(msg.Data()) > 0 && ok && kind != subject.CommandScheduleCreate {
 		if err := json.Unmarshal(msg.Data(), &req); err != nil {
 			return o.reply(msg, task.CommandReply{Error: "malformed command: " + err.Error()})
 		}
 	}
 	var t task.Task
+	var sched *task.Schedule
 	var err error
 	switch {
 	case !ok:
-		err = fmt.Errorf("malformed command subject %q", msg.Subject())
+		err = fmt.Errorf("%w: malformed command subject %q", errCommand, msg.Subject())
+	case kind == subject.CommandScheduleCreate:
+		sched, err = o.createSchedule(ctx, id, msg.Data())
+	case kind == subject.CommandSchedulePause, kind == subject.CommandScheduleResume:
+		sched, err = o.pauseSchedule(ctx, id, kind == subject.CommandSchedulePause)
+	case kind == subject.CommandScheduleDelete:
+		err = o.deleteSchedule(ctx, id)
 	case kind == subject.CommandCancel:
 		t, err = o.cancel(ctx, id, req.Reason)
 	case kind == subject.CommandRedrive:
 		t, err = o.redrive(ctx, id, req.Reason)
 	default:
-		err = fmt.Errorf("unknown command %q", kind)
+		err = fmt.Errorf("%w: unknown command %q", errCommand, kind)
 	}
 	if err != nil && !errors.Is(err, errCommand) {
 		return err // transient: retry
@@ -44,6 +51,7 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	if t.ID != "" {
 		rep.Task = &t
 	}
+	rep.Schedule = sched
 	return o.reply(msg, rep)
 }
 

@@ -81,6 +81,8 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 		return o.fireDeadline(ctx, f)
 	case subject.TimerDispatch:
 		return o.fireDispatch(ctx, f)
+	case subject.TimerSchedule:
+		return o.fireSchedule(ctx, f)
 	default:
 		o.log.Warn().Str("kind", f.Kind).Str("task_id", f.ID).Msg("dropping timer of unknown kind")
 		return nil

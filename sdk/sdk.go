@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -260,13 +262,25 @@ func (c *Client) command(ctx context.Context, kind, id, reason string) (*task.Ta
 	if !task.ValidID(id) {
 		return nil, fmt.Errorf("%s: invalid task id %q", kind, id)
 	}
+	body, _ := json.Marshal(task.CommandRequest{Reason: reason})
+	rep, err := c.send(ctx, kind, id, body)
+	if err != nil {
+		return nil, err
+	}
+	if !rep.OK {
+		return rep.Task, fmt.Errorf("%s %s: %s", kind, id, rep.Error)
+	}
+	return rep.Task, nil
+}
+
+// send publishes a command with a reply inbox and waits for the reply.
+func (c *Client) send(ctx context.Context, kind, id string, body []byte) (*task.CommandReply, error) {
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", kind, id, err)
 	}
 	defer sub.Unsubscribe()
-	body, _ := json.Marshal(task.CommandRequest{Reason: reason})
 	msg := nats.NewMsg(subject.Command(kind, id))
 	msg.Data = body
 	msg.Header.Set(subject.HeaderReplyTo, inbox)
@@ -281,10 +295,7 @@ func (c *Client) command(ctx context.Context, kind, id, reason string) (*task.Ta
 	if err := json.Unmarshal(resp.Data, &rep); err != nil {
 		return nil, fmt.Errorf("%s %s: decode reply: %w", kind, id, err)
 	}
-	if !rep.OK {
-		return rep.Task, fmt.Errorf("%s %s: %s", kind, id, rep.Error)
-	}
-	return rep.Task, nil
+	return &rep, nil
 }
 
 // DeadLetters lists the dead-letter queue.
@@ -388,5 +399,27 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 			return nil, ctx.Err()
 		}
 	}
+	return ids, nil
+}
+
+// TaskIDs lists the ids of tasks whose id starts with prefix (an empty
+// prefix lists all), from the task histories. It reads the stream's subject
+// index, so it is meant for operators and tests, not hot paths.
+func (c *Client) TaskIDs(ctx context.Context, prefix string) ([]string, error) {
+	st, err := c.js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		return nil, fmt.Errorf("bind tasks: %w", err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.TaskAll))
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	var ids []string
+	for subj := range info.State.Subjects {
+		if id := subject.TaskID(subj); strings.HasPrefix(id, prefix) {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
 	return ids, nil
 }

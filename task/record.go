@@ -164,9 +164,10 @@ type CommandRequest struct {
 
 // CommandReply is what the orchestrator answers on the Ax-Reply-To subject.
 type CommandReply struct {
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
-	Task  *Task  `json:"task,omitempty"`
+	OK       bool      `json:"ok"`
+	Error    string    `json:"error,omitempty"`
+	Task     *Task     `json:"task,omitempty"`
+	Schedule *Schedule `json:"schedule,omitempty"`
 }
 
 // NewID returns a new sortable unique task id (a ULID).

@@ -21,6 +21,12 @@ const (
 	StreamRejected  = "AX_REJECTED"
 )
 
+// Key-value buckets.
+const (
+	// BucketSchedules holds recurring schedules by name.
+	BucketSchedules = "AX_SCHEDULES"
+)
+
 // Durable consumer names.
 const (
 	ConsumerSubmit    = "ax-orchestrator-submit"
@@ -138,6 +144,11 @@ func Fire(kind TimerKind, id string) string { return "ax.fire." + string(kind) +
 const (
 	CommandCancel  = "cancel"
 	CommandRedrive = "redrive"
+	// Schedule commands; their id is the schedule's name.
+	CommandScheduleCreate = "schedule-create"
+	CommandSchedulePause  = "schedule-pause"
+	CommandScheduleResume = "schedule-resume"
+	CommandScheduleDelete = "schedule-delete"
 )
 
 // Command is the subject of an operator command about a task.

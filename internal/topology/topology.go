@@ -118,12 +118,28 @@ func Streams(o Options) []jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates or updates every stream. It is safe to call concurrently
-// from several processes.
+// Buckets returns the configuration of every key-value bucket AX uses.
+func Buckets(o Options) []jetstream.KeyValueConfig {
+	r := o.Replicas
+	if r <= 0 {
+		r = 1
+	}
+	return []jetstream.KeyValueConfig{
+		{Bucket: subject.BucketSchedules, Description: "AX recurring schedules", History: 1, Storage: jetstream.FileStorage, Replicas: r},
+	}
+}
+
+// Ensure creates or updates every stream and bucket. It is safe to call
+// concurrently from several processes.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range Buckets(o) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
@@ -136,6 +152,12 @@ func EnsureExists(ctx context.Context, js jetstream.JetStream, o Options) error 
 		_, err := js.CreateStream(ctx, cfg)
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
+		}
+	}
+	for _, cfg := range Buckets(o) {
+		_, err := js.CreateKeyValue(ctx, cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil

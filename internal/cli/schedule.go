@@ -1,0 +1,143 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/task"
+)
+
+func scheduleCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "schedule", Short: "Create, list, pause, resume and delete recurring schedules"}
+	var (
+		s       task.Schedule
+		typ     string
+		payload string
+		timeout time.Duration
+		ttl     time.Duration
+	)
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create or replace a schedule",
+		Example: `  ax schedule create nightly-report --cron "0 2 * * *" --tz Europe/Berlin --type report.build
+  ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := g.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			s.Name = args[0]
+			s.Template.Type = typ
+			if payload != "" {
+				s.Template.Payload = json.RawMessage(payload)
+			}
+			s.Template.Timeout = task.Duration(timeout)
+			s.Template.TTL = task.Duration(ttl)
+			got, err := c.CreateSchedule(ctx, s)
+			if err != nil {
+				return err
+			}
+			return printSchedules(g, []task.Schedule{*got})
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&s.Cron, "cron", "", "5-field (minute first) or 6-field (seconds first) cron, @hourly…, or \"@every 30s\" (required)")
+	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone of the cron fields (default UTC)")
+	f.StringVar(&typ, "type", "", "task type of each firing (required)")
+	f.StringVar(&payload, "payload", "", "payload as JSON")
+	f.IntVar(&s.Template.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
+	f.StringVar(&s.Template.Capability, "capability", task.DefaultCapability, "capability")
+	f.IntVar(&s.Template.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries of each firing's task")
+	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout")
+	f.DurationVar(&ttl, "ttl", 0, "expire a firing's task not finished within this")
+	f.StringVar(&s.Overlap, "overlap", task.OverlapSkip, "skip (a firing while the previous task runs is skipped) or allow")
+	f.BoolVar(&s.CatchUp, "catch-up", false, "after downtime fire every missed slot (up to 1000), not once")
+	f.BoolVar(&s.Paused, "paused", false, "create it paused")
+	_ = create.MarkFlagRequired("cron")
+	_ = create.MarkFlagRequired("type")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List schedules",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ss, err := c.Schedules(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printSchedules(g, ss)
+		},
+	}
+	action := func(use, short string, do func(cmd *cobra.Command, name string) (*task.Schedule, error)) *cobra.Command {
+		return &cobra.Command{Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				s, err := do(cmd, args[0])
+				if err != nil {
+					return err
+				}
+				if s == nil {
+					fmt.Fprintf(g.stdout, "%s deleted\n", args[0])
+					return nil
+				}
+				return printSchedules(g, []task.Schedule{*s})
+			}}
+	}
+	pause := action("pause", "Stop a schedule from firing", func(cmd *cobra.Command, name string) (*task.Schedule, error) {
+		c, err := g.client(cmd.Context())
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return c.PauseSchedule(cmd.Context(), name)
+	})
+	resume := action("resume", "Let a paused schedule fire again, from now", func(cmd *cobra.Command, name string) (*task.Schedule, error) {
+		c, err := g.client(cmd.Context())
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return c.ResumeSchedule(cmd.Context(), name)
+	})
+	del := action("delete", "Delete a schedule (its tasks stay)", func(cmd *cobra.Command, name string) (*task.Schedule, error) {
+		c, err := g.client(cmd.Context())
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return nil, c.DeleteSchedule(cmd.Context(), name)
+	})
+	cmd.AddCommand(create, list, pause, resume, del)
+	return cmd
+}
+
+func printSchedules(g *globals, ss []task.Schedule) error {
+	if g.jsonOutput() {
+		return g.printJSON(ss)
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tCRON\tTZ\tTYPE\tOVERLAP\tPAUSED\tNEXT FIRE\tLAST TASK\tSKIPPED")
+	for _, s := range ss {
+		next := "-"
+		if s.NextFire != nil {
+			next = s.NextFire.Format(time.RFC3339)
+		}
+		tz := s.TimeZone
+		if tz == "" {
+			tz = "UTC"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.Cron, tz, s.Template.Type, s.Overlap, s.Paused, next, s.LastTaskID, s.Skipped)
+	}
+	return w.Flush()
+}
