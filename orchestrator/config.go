@@ -9,6 +9,7 @@ import (
 
 	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/task"
 )
 
@@ -26,6 +27,13 @@ type Config struct {
 	// Retry is the backoff policy for failed attempts. Defaults: 1s base, ×2,
 	// 10m cap, 0–50 % jitter.
 	Retry retry.Policy
+	// RetryBudget limits the retries of one task type that may start per
+	// window: at most Limit per Width (default 100 per second). Retries over
+	// it move to the next window with room, never dropped, so a mass failure
+	// turns into a bounded trickle.
+	RetryBudget window.Policy
+	// RetryBudgetByType overrides RetryBudget per task type.
+	RetryBudgetByType map[string]window.Policy
 	// MaxPayload is the largest accepted payload in bytes. Default 256 KiB.
 	MaxPayload int
 	// Workers bounds concurrently handled messages per consumer. Default 64.

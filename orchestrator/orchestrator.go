@@ -17,6 +17,7 @@ import (
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/internal/window"
 )
 
 func randFloat() float64 { return rand.Float64() }
@@ -34,6 +35,8 @@ type Orchestrator struct {
 	// dispatched remembers recent dispatches so a report can be applied
 	// without reading the task back (see handleReport).
 	dispatched *lru.Cache[string, dispatched]
+	// retrySlots is the shared retry budget counter.
+	retrySlots window.Counter
 
 	mu     sync.Mutex
 	stopFn context.CancelFunc
@@ -77,6 +80,9 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.store = st
 	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
 		return fmt.Errorf("orchestrator: bind timers: %w", err)
+	}
+	if err := o.bindRetrySlots(ctx); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
 	}
 
 	loops := []struct {

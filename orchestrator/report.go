@@ -53,6 +53,16 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 			return o.ensureEffects(ctx, t, rev)
 		}
 		next, reason := o.outcome(t, r)
+		if next.State == task.Retrying {
+			at, err := o.allocateRetry(ctx, t.Type, *next.RetryAt)
+			if err != nil {
+				return err
+			}
+			if at.After(*next.RetryAt) {
+				reason += fmt.Sprintf("; moved to %s by the retry budget of %s", at.Format(time.RFC3339Nano), t.Type)
+				next.RetryAt = &at
+			}
+		}
 		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
 			return o.ensureEffects(ctx, next, newRev)

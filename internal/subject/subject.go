@@ -25,6 +25,8 @@ const (
 const (
 	// BucketSchedules holds recurring schedules by name.
 	BucketSchedules = "AX_SCHEDULES"
+	// BucketRetryWindows counts retry starts per task type and window.
+	BucketRetryWindows = "AX_RETRY_WINDOWS"
 )
 
 // Durable consumer names.

@@ -5,17 +5,22 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
 )
 
 // Logger returns a logger for tests: silent unless AX_TEST_LOG is set.
@@ -127,4 +132,45 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("timed out after %s waiting for %s", d, what)
+}
+
+// Events reads every event in the task histories, in stream order.
+func Events(t testing.TB, nc *nats.Conn) []store.Revisioned {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []store.Revisioned
+	for len(out) < int(info.State.Msgs) {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, _ := msg.Metadata()
+			var ev task.Event
+			if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+				t.Fatalf("event %d: %v", md.Sequence.Stream, err)
+			}
+			out = append(out, store.Revisioned{Revision: md.Sequence.Stream, Event: ev})
+		}
+		if n == 0 {
+			t.Fatalf("read %d of %d events", len(out), info.State.Msgs)
+		}
+	}
+	return out
 }

@@ -126,6 +126,8 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 	}
 	return []jetstream.KeyValueConfig{
 		{Bucket: subject.BucketSchedules, Description: "AX recurring schedules", History: 1, Storage: jetstream.FileStorage, Replicas: r},
+		{Bucket: subject.BucketRetryWindows, Description: "AX retry starts per task type and window", History: 1,
+			TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: r},
 	}
 }
 
