@@ -258,7 +258,11 @@ func TestFailureCancelsDownstreamTransitively(t *testing.T) {
 	if err != nil || got.State != task.Cancelled || got.Reason != "upstream a is failed" {
 		t.Fatalf("e: %+v %v", got, err)
 	}
-	dls, err := c.DeadLetters(ctx)
+	var dls []task.DeadLetter
+	testenv.Eventually(t, 10*time.Second, "dead letter", func() bool {
+		dls, err = c.DeadLetters(ctx)
+		return err == nil && len(dls) == 1
+	})
 	if err != nil || len(dls) != 1 || len(dls[0].Attempts) != 2 || dls[0].Attempts[1].Error != "disk full" {
 		t.Fatalf("dead letters %+v %v", dls, err)
 	}

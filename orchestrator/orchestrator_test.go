@@ -82,7 +82,11 @@ func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
 	if got.State != task.Failed || got.Attempt != 3 || len(got.Errors) != 3 {
 		t.Fatalf("got %+v", got)
 	}
-	dls, err := c.DeadLetters(ctx)
+	var dls []task.DeadLetter
+	testenv.Eventually(t, 10*time.Second, "dead letter", func() bool {
+		dls, err = c.DeadLetters(ctx)
+		return err == nil && len(dls) == 1
+	})
 	if err != nil || len(dls) != 1 || dls[0].Spec.ID != id || len(dls[0].Attempts) != 3 {
 		t.Fatalf("dead letters %+v, %v", dls, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -212,7 +213,11 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 		}
 		slot := f.At.UTC()
 		if s.LastFire != nil && !slot.After(*s.LastFire) {
-			return o.armSchedule(ctx, s) // a replay: the slot is done
+			// A replay: the slot is done; its successor is armed (or due).
+			if s.NextFire != nil && s.NextFire.After(*s.LastFire) {
+				return o.armSchedule(ctx, s)
+			}
+			return nil
 		}
 		cron, err := cronspec.Parse(s.Cron, s.TimeZone)
 		if err != nil {
@@ -239,8 +244,10 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 			s.LastTaskID = id
 		}
 		s.LastFire = &slot
+		// The next slot is strictly after this one, even when the timer fired
+		// a moment before the slot (else the same slot would re-arm forever).
 		now := o.now()
-		next := cron.Next(now)
+		next := cron.Next(laterOf(now, slot))
 		if s.CatchUp {
 			// Missed slots are due already: they fire at once, one by one.
 			missed, truncated := cron.Missed(slot, now, task.MaxCatchUp)
@@ -279,3 +286,10 @@ func (o *Orchestrator) overlapping(ctx context.Context, s *task.Schedule) (bool,
 	return !t.State.Terminal(), nil
 }
 
+
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -164,7 +164,11 @@ func TestDispatchTimeout(t *testing.T) {
 	if count(tr, "ready>ready") != 1 {
 		t.Fatalf("history %v: want one re-dispatch", tr)
 	}
-	dls, _ := c.DeadLetters(ctx)
+	var dls []task.DeadLetter
+	testenv.Eventually(t, 10*time.Second, "dead letter", func() bool {
+		dls, _ = c.DeadLetters(ctx)
+		return len(dls) == 1
+	})
 	if len(dls) != 1 || !strings.Contains(dls[0].Reason, "tpu") {
 		t.Fatalf("dead letters %+v", dls)
 	}
