@@ -34,6 +34,8 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		sched, err = o.pauseSchedule(ctx, id, kind == subject.CommandSchedulePause)
 	case kind == subject.CommandScheduleDelete:
 		err = o.deleteSchedule(ctx, id)
+	case kind == subject.CommandPause, kind == subject.CommandResume:
+		err = o.pause(ctx, id, kind == subject.CommandPause, req)
 	case kind == subject.CommandCancel:
 		t, err = o.cancel(ctx, id, req.Reason)
 	case kind == subject.CommandRedrive:
@@ -149,4 +151,50 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 		}
 	}
 	return task.Task{}, fmt.Errorf("redrive %s: too many concurrent changes", id)
+}
+
+// pause sets or clears a pause switch (scope "all" or "type=<type>"); a
+// resume releases the tasks held meanwhile.
+func (o *Orchestrator) pause(ctx context.Context, scope string, on bool, req task.CommandRequest) error {
+	taskType, ok := subject.ParsePauseScope(scope)
+	if !ok || (taskType != "" && !task.ValidType(taskType)) {
+		return fmt.Errorf("%w: pause scope %q is not \"all\" or \"type=<task type>\"", errCommand, scope)
+	}
+	key := subject.ControlPauseAll
+	if taskType != "" {
+		key = subject.ControlPauseType(taskType)
+	}
+	auditKey := taskType
+	if auditKey == "" {
+		auditKey = "all"
+	}
+	if on {
+		data, _ := json.Marshal(task.Pause{RetriesOnly: req.RetriesOnly, Reason: req.Reason, At: o.now()})
+		if _, err := o.control.Put(ctx, key, data); err != nil {
+			return fmt.Errorf("pause %s: %w", scope, err)
+		}
+		if e, err := o.control.Get(ctx, key); err == nil {
+			o.gate.apply(e) // at once: the watch may lag behind the reply
+		}
+		to := "paused"
+		if req.RetriesOnly {
+			to = "retries paused"
+		}
+		o.audit(ctx, task.AuditEvent{Kind: "pause", Key: auditKey, From: "running", To: to, Reason: req.Reason})
+		return nil
+	}
+	if err := o.control.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("resume %s: %w", scope, err)
+	}
+	// Apply it here at once: the watch may lag, and the release must see it.
+	if e, err := o.control.Get(ctx, key); errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		o.gate.mu.Lock()
+		delete(o.gate.pauses, taskType)
+		o.gate.mu.Unlock()
+	} else if err == nil {
+		o.gate.apply(e)
+	}
+	o.audit(ctx, task.AuditEvent{Kind: "pause", Key: auditKey, From: "paused", To: "running", Reason: req.Reason})
+	o.releaseHeld(ctx, taskType, 0)
+	return nil
 }

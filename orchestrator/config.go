@@ -7,6 +7,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/internal/window"
@@ -34,6 +35,12 @@ type Config struct {
 	RetryBudget window.Policy
 	// RetryBudgetByType overrides RetryBudget per task type.
 	RetryBudgetByType map[string]window.Policy
+	// Breaker configures the per-type circuit breaker: it opens when more
+	// than Threshold of the attempts in Window failed (with at least
+	// MinVolume attempts), holds the type's tasks for Cooldown, then lets
+	// Probes through. Defaults: 50 %, 1m, 20, 30s, 3. A Threshold of 1 or
+	// more disables it (a ratio never exceeds 1).
+	Breaker breaker.Config
 	// MaxPayload is the largest accepted payload in bytes. Default 256 KiB.
 	MaxPayload int
 	// Workers bounds concurrently handled messages per consumer. Default 64.

@@ -193,6 +193,11 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		case allSucceeded && t.StartAt != nil && t.StartAt.After(o.now()):
 			return nil // its start timer releases it
 		case allSucceeded:
+			if ok, why := o.gate.check(o.now(), t.Type, false); !ok {
+				if held, err := o.hold(ctx, t, rev, why, false); held || err != nil {
+					return err
+				}
+			}
 			next = o.readyNext(t, 1)
 			reason = "dependencies succeeded"
 			if len(t.DependsOn) == 0 {

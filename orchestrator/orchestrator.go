@@ -37,6 +37,12 @@ type Orchestrator struct {
 	dispatched *lru.Cache[string, dispatched]
 	// retrySlots is the shared retry budget counter.
 	retrySlots window.Counter
+	// control is the AX_CONTROL bucket behind gate.
+	control jetstream.KeyValue
+	gate    *gate
+	// runCtx ends at Stop; bg owns background work (watch, breakers, releases).
+	runCtx context.Context
+	bg     sync.WaitGroup
 
 	mu     sync.Mutex
 	stopFn context.CancelFunc
@@ -58,7 +64,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: cache,
+	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: cache, gate: newGate(cfg.Breaker),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
 }
 
@@ -84,6 +90,9 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	if err := o.bindRetrySlots(ctx); err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
+	if o.control, err = o.js.KeyValue(ctx, subject.BucketControl); err != nil {
+		return fmt.Errorf("orchestrator: bind %s: %w", subject.BucketControl, err)
+	}
 
 	loops := []struct {
 		stream, consumer, filter string
@@ -95,6 +104,14 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		{subject.StreamCommands, subject.ConsumerCommands, "", o.handleCommand},
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	o.runCtx = runCtx
+	if err := o.watchControl(runCtx); err != nil {
+		cancel()
+		o.bg.Wait()
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	o.bg.Add(1)
+	go o.breakerLoop(runCtx)
 	var runners []*consume.Loop
 	for _, l := range loops {
 		cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
@@ -107,6 +124,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		})
 		if err != nil {
 			cancel()
+			o.bg.Wait()
 			return fmt.Errorf("orchestrator: consumer %s: %w", l.consumer, err)
 		}
 		runners = append(runners, &consume.Loop{
@@ -125,7 +143,9 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 			}
 		}()
 	}
-	go func() { wg.Wait(); close(done) }()
+	// Shutdown order: stop pulling → finish messages in hand → stop the
+	// background work (control watch, breaker ticks, releases).
+	go func() { wg.Wait(); o.bg.Wait(); close(done) }()
 	o.stopFn, o.done = cancel, done
 	o.log.Info().Msg("orchestrator started")
 	return nil

@@ -65,6 +65,7 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 		}
 		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
+			o.recordOutcome(ctx, t.Type, r.Status == task.OutcomeSucceeded)
 			return o.ensureEffects(ctx, next, newRev)
 		}
 		if !errors.Is(err, store.ErrConflict) {

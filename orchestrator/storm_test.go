@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/orchestrator"
@@ -23,7 +24,8 @@ func TestRetryStormIsSpreadByTheBudget(t *testing.T) {
 	budget := window.Policy{Limit: 100, Width: 100 * time.Millisecond}
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: fastRetry,
-		RetryBudgetByType: map[string]window.Policy{"storm": budget}})
+		RetryBudgetByType: map[string]window.Policy{"storm": budget},
+		Breaker:           breaker.Config{Threshold: 1}}) // every first attempt fails: the breaker would hold them all
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 256})
 	ex.HandleFunc("storm", func(_ context.Context, j *executor.Job) (any, error) {
 		if j.Attempt == 1 {

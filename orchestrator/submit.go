@@ -168,7 +168,8 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[str
 		t.ExpiresAt = &at
 	}
 	delayed := t.StartAt != nil && t.StartAt.After(now)
-	if len(spec.DependsOn) == 0 && !delayed {
+	open, _ := o.gate.check(now, spec.Type, false)
+	if len(spec.DependsOn) == 0 && !delayed && open {
 		t = o.readyNext(t, 1)
 	} else {
 		existing, rev, err := o.store.Get(ctx, spec.ID)

@@ -106,6 +106,11 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 		default:
 			return nil // cancelled, re-driven or already handled
 		}
+		if ok, why := o.gate.check(o.now(), t.Type, true); !ok {
+			if held, err := o.hold(ctx, t, rev, why, true); held || err != nil {
+				return err
+			}
+		}
 		next := o.readyNext(t, t.Attempt+1)
 		newRev, err := o.write(ctx, t, rev, &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries))
 		if err == nil {

@@ -160,6 +160,26 @@ type Graph struct {
 type CommandRequest struct {
 	// Reason is recorded in the audit trail.
 	Reason string `json:"reason,omitempty"`
+	// RetriesOnly, on a pause, holds retries but lets new tasks through.
+	RetriesOnly bool `json:"retries_only,omitempty"`
+}
+
+// Pause is a pause switch in the control bucket (pause.all, pause.type.<type>).
+type Pause struct {
+	RetriesOnly bool      `json:"retries_only,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	At          time.Time `json:"at"`
+}
+
+// AuditEvent is a change that is not about one task, on ax.audit.<kind>.<key>.
+type AuditEvent struct {
+	Kind   string    `json:"kind"` // "breaker" or "pause"
+	Key    string    `json:"key"`  // task type, or "all"
+	From   string    `json:"from"`
+	To     string    `json:"to"`
+	At     time.Time `json:"at"`
+	Actor  string    `json:"actor"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // CommandReply is what the orchestrator answers on the Ax-Reply-To subject.

@@ -54,10 +54,10 @@ func (s State) Valid() bool {
 // states a task in from may move to. A new task starts in Waiting, Ready or
 // Cancelled (when an upstream dependency already did not succeed).
 var Transitions = map[State][]State{
-	Waiting:   {Ready, Cancelled, Expired},
+	Waiting:   {Ready, Waiting, Cancelled, Expired},
 	Ready:     {Running, Ready, Failed, Cancelled, Expired},
 	Running:   {Succeeded, Retrying, Failed, Running, Cancelled, Expired},
-	Retrying:  {Ready, Cancelled, Expired},
+	Retrying:  {Ready, Retrying, Cancelled, Expired},
 	Failed:    {Ready},
 	Succeeded: nil,
 	Cancelled: nil,

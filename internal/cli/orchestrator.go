@@ -6,7 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/retry"
+	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/orchestrator"
 )
 
@@ -53,5 +55,11 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.Float64Var(&cfg.Retry.Factor, "retry-factor", retry.DefaultFactor, "backoff multiplier per retry")
 	f.DurationVar(&cfg.Retry.Max, "retry-max", retry.DefaultMax, "largest backoff delay before jitter")
 	f.IntVar(&cfg.Topology.Replicas, "replicas", 1, "stream replicas (3 on a NATS cluster)")
+	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", window.DefaultLimit, "retries of one task type that may start per --retry-window")
+	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", window.DefaultWidth, "window of the retry budget")
+	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", breaker.DefaultThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")
+	f.IntVar(&cfg.Breaker.MinVolume, "breaker-min-volume", breaker.DefaultMinVolume, "attempts in the window before a breaker may open")
+	f.DurationVar(&cfg.Breaker.Window, "breaker-window", breaker.DefaultWindow, "sliding window of a breaker")
+	f.DurationVar(&cfg.Breaker.Cooldown, "breaker-cooldown", breaker.DefaultCooldown, "how long an open breaker holds tasks before probing")
+	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", breaker.DefaultProbes, "tasks let through while half-open")
 }
-

@@ -19,6 +19,8 @@ const (
 	StreamCommands  = "AX_COMMANDS"
 	StreamDLQ       = "AX_DLQ"
 	StreamRejected  = "AX_REJECTED"
+	StreamHeld      = "AX_HELD"
+	StreamAudit     = "AX_AUDIT"
 )
 
 // Key-value buckets.
@@ -27,7 +29,37 @@ const (
 	BucketSchedules = "AX_SCHEDULES"
 	// BucketRetryWindows counts retry starts per task type and window.
 	BucketRetryWindows = "AX_RETRY_WINDOWS"
+	// BucketControl holds pause switches and circuit-breaker states.
+	BucketControl = "AX_CONTROL"
 )
+
+// Keys of the control bucket.
+const (
+	// ControlPauseAll pauses every task type.
+	ControlPauseAll  = "pause.all"
+	controlPauseType = "pause.type."
+	controlBreaker   = "breaker."
+)
+
+// ControlPauseType is the pause switch of one task type.
+func ControlPauseType(taskType string) string { return controlPauseType + taskType }
+
+// ControlBreaker is the circuit-breaker state of one task type.
+func ControlBreaker(taskType string) string { return controlBreaker + taskType }
+
+// ParseControlKey tells what a control key is about: kind "pause" with
+// taskType "" for all types, or kind "breaker".
+func ParseControlKey(key string) (kind, taskType string, ok bool) {
+	switch {
+	case key == ControlPauseAll:
+		return "pause", "", true
+	case strings.HasPrefix(key, controlPauseType):
+		return "pause", key[len(controlPauseType):], true
+	case strings.HasPrefix(key, controlBreaker):
+		return "breaker", key[len(controlBreaker):], true
+	}
+	return "", "", false
+}
 
 // Durable consumer names.
 const (
@@ -61,6 +93,8 @@ const (
 	CommandAll      = "ax.cmd.>"
 	DLQAll          = "ax.dlq.>"
 	RejectedAll     = "ax.rejected.>"
+	HeldAll         = "ax.held.>"
+	AuditAll        = "ax.audit.>"
 	CancelSignalAll = "ax.signal.cancel.>"
 )
 
@@ -146,6 +180,10 @@ func Fire(kind TimerKind, id string) string { return "ax.fire." + string(kind) +
 const (
 	CommandCancel  = "cancel"
 	CommandRedrive = "redrive"
+	// Pause and resume dispatch (or only retries); their id is "all" or
+	// "type=<task type>".
+	CommandPause  = "pause"
+	CommandResume = "resume"
 	// Schedule commands; their id is the schedule's name.
 	CommandScheduleCreate = "schedule-create"
 	CommandSchedulePause  = "schedule-pause"
@@ -183,3 +221,30 @@ func CancelSignal(id string) string { return cancelPrefix + id }
 
 // TaskIDFromCancelSignal returns the id of an ax.signal.cancel.<id> subject.
 func TaskIDFromCancelSignal(subj string) string { return strings.TrimPrefix(subj, cancelPrefix) }
+
+// Held marks a task held back by a closed gate (pause or open breaker).
+func Held(taskType, id string) string { return "ax.held." + taskType + "." + id }
+
+// HeldType matches the held tasks of one type.
+func HeldType(taskType string) string { return "ax.held." + taskType + ".*" }
+
+// Audit is where a non-task audit event goes: kind "breaker" or "pause",
+// key the task type (or "all").
+func Audit(kind, key string) string { return "ax.audit." + kind + "." + key }
+
+// PauseScope is the command id of a pause or resume: "all" or "type=<type>".
+func PauseScope(taskType string) string {
+	if taskType == "" {
+		return "all"
+	}
+	return "type=" + taskType
+}
+
+// ParsePauseScope is the inverse of PauseScope.
+func ParsePauseScope(id string) (taskType string, ok bool) {
+	if id == "all" {
+		return "", true
+	}
+	t, ok := strings.CutPrefix(id, "type=")
+	return t, ok && t != ""
+}

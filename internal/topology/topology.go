@@ -103,6 +103,24 @@ func Streams(o Options) []jetstream.StreamConfig {
 			AllowDirect:       true,
 		},
 		{
+			Name:              subject.StreamHeld,
+			Description:       "AX tasks held back by a paused type or an open circuit breaker",
+			Subjects:          []string{subject.HeldAll},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          r,
+			MaxMsgsPerSubject: 1,
+		},
+		{
+			Name:        subject.StreamAudit,
+			Description: "AX audit events that are not about one task (breakers, pauses)",
+			Subjects:    []string{subject.AuditAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			MaxAge:      90 * 24 * time.Hour,
+		},
+		{
 			Name:              subject.StreamRejected,
 			Description:       "AX rejected submissions with their reasons",
 			Subjects:          []string{subject.RejectedAll},
@@ -126,6 +144,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 	}
 	return []jetstream.KeyValueConfig{
 		{Bucket: subject.BucketSchedules, Description: "AX recurring schedules", History: 1, Storage: jetstream.FileStorage, Replicas: r},
+		{Bucket: subject.BucketControl, Description: "AX pause switches and circuit breakers", History: 16, Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketRetryWindows, Description: "AX retry starts per task type and window", History: 1,
 			TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: r},
 	}

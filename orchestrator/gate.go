@@ -1,0 +1,407 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/breaker"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// A gate decides whether tasks of a type may be dispatched: not while all
+// types or the type are paused (for retries only, or for everything), and
+// not while the type's circuit breaker is open (half-open lets a few
+// probes through). Its state lives in the AX_CONTROL bucket; every
+// orchestrator keeps a copy current by watching it.
+//
+// A task that would become ready while its gate is closed is held: it stays
+// waiting (or retrying) with a reason saying why, and a marker on
+// ax.held.<type>.<id> remembers it. Whoever opens the gate — a resume
+// command, a breaker moving to half-open or closed — releases the markers,
+// and each task goes through the usual compare-and-set path again.
+type gate struct {
+	cfg breaker.Config
+
+	mu       sync.Mutex
+	pauses   map[string]task.Pause // by type; "" is every type
+	breakers map[string]*breaker.Breaker
+	// shared is each breaker's state as last read from or written to the
+	// bucket; a local state ahead of it is a change to share.
+	shared map[string]breaker.State
+	revs   map[string]uint64 // control key → last revision seen
+}
+
+func newGate(cfg breaker.Config) *gate {
+	return &gate{cfg: cfg.WithDefaults(), pauses: map[string]task.Pause{},
+		breakers: map[string]*breaker.Breaker{}, shared: map[string]breaker.State{}, revs: map[string]uint64{}}
+}
+
+func (g *gate) breaker(taskType string) *breaker.Breaker {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b := g.breakers[taskType]
+	if b == nil {
+		b = breaker.New(g.cfg)
+		g.breakers[taskType] = b
+	}
+	return b
+}
+
+// check reports whether a task of a type may be dispatched now, and if not,
+// why. retry says whether the dispatch is a retry.
+func (g *gate) check(now time.Time, taskType string, retry bool) (bool, string) {
+	g.mu.Lock()
+	pauses := []struct {
+		p     task.Pause
+		ok    bool
+		scope string
+	}{}
+	for _, k := range []string{"", taskType} {
+		p, ok := g.pauses[k]
+		scope := "all types"
+		if k != "" {
+			scope = "type " + k
+		}
+		pauses = append(pauses, struct {
+			p     task.Pause
+			ok    bool
+			scope string
+		}{p, ok, scope})
+	}
+	b := g.breakers[taskType]
+	g.mu.Unlock()
+	for _, p := range pauses {
+		if p.ok && (!p.p.RetriesOnly || retry) {
+			what := "dispatch"
+			if p.p.RetriesOnly {
+				what = "retries"
+			}
+			return false, fmt.Sprintf("held: %s paused for %s", what, p.scope)
+		}
+	}
+	if b == nil {
+		return true, ""
+	}
+	switch st, _ := b.State(now); st {
+	case breaker.Open:
+		return false, "held: circuit breaker open for type " + taskType
+	case breaker.HalfOpen:
+		if !b.Allow(now) {
+			return false, "held: circuit breaker half-open for type " + taskType + " (probes in flight)"
+		}
+	}
+	return true, ""
+}
+
+// apply updates the gate from a control bucket entry.
+func (g *gate) apply(e jetstream.KeyValueEntry) {
+	kind, taskType, ok := subject.ParseControlKey(e.Key())
+	if !ok {
+		return
+	}
+	deleted := e.Operation() != jetstream.KeyValuePut
+	g.mu.Lock()
+	g.revs[e.Key()] = e.Revision()
+	if deleted {
+		delete(g.revs, e.Key())
+	}
+	switch kind {
+	case "pause":
+		var p task.Pause
+		if deleted || json.Unmarshal(e.Value(), &p) != nil {
+			delete(g.pauses, taskType)
+		} else {
+			g.pauses[taskType] = p
+		}
+		g.mu.Unlock()
+	case "breaker":
+		g.mu.Unlock()
+		var s breaker.Snapshot
+		if !deleted && json.Unmarshal(e.Value(), &s) == nil {
+			g.breaker(taskType).Restore(s)
+			g.mu.Lock()
+			g.shared[taskType] = s.State
+			g.mu.Unlock()
+		}
+	default:
+		g.mu.Unlock()
+	}
+}
+
+func (g *gate) revision(key string) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.revs[key]
+}
+
+// dueHalfOpen lists the types whose breaker was shared as open and whose
+// cooldown has passed.
+func (g *gate) dueHalfOpen(now time.Time) []string {
+	g.mu.Lock()
+	var open []string
+	for t, st := range g.shared {
+		if st == breaker.Open {
+			open = append(open, t)
+		}
+	}
+	g.mu.Unlock()
+	var due []string
+	for _, t := range open {
+		if st, _ := g.breaker(t).State(now); st == breaker.HalfOpen {
+			due = append(due, t)
+		}
+	}
+	return due
+}
+
+// watchControl keeps the gate current until ctx ends.
+func (o *Orchestrator) watchControl(ctx context.Context) error {
+	w, err := o.control.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", subject.BucketControl, err)
+	}
+	ready := make(chan struct{})
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		defer w.Stop()
+		initial := true
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil { // initial values delivered
+					if initial {
+						close(ready)
+						initial = false
+					}
+					continue
+				}
+				o.gate.apply(e)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("watch %s: no initial values after 10s", subject.BucketControl)
+	}
+}
+
+// breakerLoop moves open breakers to half-open once their cooldown passed.
+func (o *Orchestrator) breakerLoop(ctx context.Context) {
+	defer o.bg.Done()
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, typ := range o.gate.dueHalfOpen(o.now()) {
+			if o.persistBreaker(ctx, typ, o.gate.breaker(typ), breaker.Open, "cooldown passed; letting probes through") {
+				o.releaseHeld(ctx, typ, o.gate.cfg.Probes)
+			}
+		}
+	}
+}
+
+// recordOutcome feeds an attempt's outcome to its type's breaker.
+func (o *Orchestrator) recordOutcome(ctx context.Context, taskType string, success bool) {
+	b := o.gate.breaker(taskType)
+	now := o.now()
+	before := b.Snapshot(now)
+	st, changed := b.Record(now, success)
+	if !changed {
+		return
+	}
+	reason := fmt.Sprintf("failure ratio %.0f%% over %d attempts in %s", 100*before.FailureRatio, before.Volume, o.gate.cfg.Window)
+	switch st {
+	case breaker.Closed:
+		reason = "probes succeeded"
+	case breaker.Open:
+		if before.State == breaker.HalfOpen {
+			reason = "a probe failed"
+		} else {
+			s := b.Snapshot(now)
+			reason = fmt.Sprintf("failure ratio %.0f%% over %d attempts in %s", 100*s.FailureRatio, s.Volume, o.gate.cfg.Window)
+		}
+	}
+	if o.persistBreaker(ctx, taskType, b, before.State, reason) && st == breaker.Closed {
+		o.releaseHeld(ctx, taskType, 0)
+	}
+}
+
+// persistBreaker shares a breaker's new state through the control bucket
+// (compare-and-set: when another orchestrator got there first, its state is
+// taken instead) and records the change in the audit trail.
+func (o *Orchestrator) persistBreaker(ctx context.Context, taskType string, b *breaker.Breaker, from breaker.State, reason string) bool {
+	now := o.now()
+	snap := b.Snapshot(now)
+	data, _ := json.Marshal(snap)
+	key := subject.ControlBreaker(taskType)
+	rev := o.gate.revision(key)
+	var err error
+	if rev == 0 {
+		rev, err = o.control.Create(ctx, key, data)
+	} else {
+		rev, err = o.control.Update(ctx, key, data, rev)
+	}
+	if err != nil {
+		if e, gerr := o.control.Get(ctx, key); gerr == nil {
+			o.gate.apply(e)
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+			o.log.Warn().Err(err).Str("type", taskType).Msg("breaker state not saved")
+		}
+		return false
+	}
+	o.gate.mu.Lock()
+	o.gate.revs[key] = rev
+	o.gate.shared[taskType] = snap.State
+	o.gate.mu.Unlock()
+	o.log.Warn().Str("type", taskType).Str("from", string(from)).Str("to", string(snap.State)).Str("reason", reason).Msg("circuit breaker changed")
+	o.audit(ctx, task.AuditEvent{Kind: "breaker", Key: taskType, From: string(from), To: string(snap.State), Reason: reason})
+	return true
+}
+
+// audit records a non-task change on ax.audit.<kind>.<key>.
+func (o *Orchestrator) audit(ctx context.Context, ev task.AuditEvent) {
+	ev.At, ev.Actor = o.now(), o.cfg.NodeID
+	data, _ := json.Marshal(ev)
+	if _, err := o.js.Publish(ctx, subject.Audit(ev.Kind, ev.Key), data); err != nil {
+		o.log.Warn().Err(err).Str("kind", ev.Kind).Msg("audit event not recorded")
+	}
+}
+
+// heldMarker is the body of ax.held.<type>.<id>.
+type heldMarker struct {
+	ID    string `json:"id"`
+	Retry bool   `json:"retry,omitempty"`
+}
+
+// hold keeps a task back because its gate is closed: it publishes the
+// marker, records why on the task (same state), and lets it go at once if
+// the gate opened meanwhile (a release may have missed the marker).
+func (o *Orchestrator) hold(ctx context.Context, t task.Task, rev uint64, why string, retry bool) (held bool, err error) {
+	data, _ := json.Marshal(heldMarker{ID: t.ID, Retry: retry})
+	if _, err := o.js.Publish(ctx, subject.Held(t.Type, t.ID), data); err != nil {
+		return false, fmt.Errorf("hold %s: %w", t.ID, err)
+	}
+	if ok, _ := o.gate.check(o.now(), t.Type, retry); ok {
+		return false, nil
+	}
+	if t.Reason == why {
+		return true, nil
+	}
+	next := t
+	if _, err := o.write(ctx, t, rev, &next, why); err != nil && !errors.Is(err, store.ErrConflict) {
+		return true, err
+	}
+	return true, nil
+}
+
+// releaseHeld lets held tasks of a type ("" for all) go through their gate
+// again, at most limit of them (0: all), in the background.
+func (o *Orchestrator) releaseHeld(ctx context.Context, taskType string, limit int) {
+	filter := subject.HeldAll
+	if taskType != "" {
+		filter = subject.HeldType(taskType)
+	}
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		n, err := o.release(o.runCtx, filter, limit)
+		if err != nil {
+			o.log.Warn().Err(err).Str("type", taskType).Int("released", n).Msg("releasing held tasks stopped early")
+			return
+		}
+		if n > 0 {
+			o.log.Info().Str("type", taskType).Int("released", n).Msg("released held tasks")
+		}
+	}()
+}
+
+func (o *Orchestrator) release(ctx context.Context, filter string, limit int) (int, error) {
+	st, err := o.js.Stream(ctx, subject.StreamHeld)
+	if err != nil {
+		return 0, err
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for limit == 0 || n < limit {
+		batch, err := cons.FetchNoWait(100)
+		if err != nil {
+			return n, err
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			var m heldMarker
+			if json.Unmarshal(msg.Data(), &m) == nil {
+				if err := o.unhold(ctx, m); err != nil {
+					return n, err
+				}
+				n++
+			}
+			if md, err := msg.Metadata(); err == nil {
+				_ = st.DeleteMsg(ctx, md.Sequence.Stream) // gone already if re-held
+			}
+			if limit > 0 && n >= limit {
+				break
+			}
+		}
+		if got == 0 {
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// unhold sends a held task through its gate again. A held retry gets a new
+// start time from the retry budget, so a mass release is a trickle too.
+func (o *Orchestrator) unhold(ctx context.Context, m heldMarker) error {
+	t, rev, err := o.store.Get(ctx, m.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch t.State {
+	case task.Waiting:
+		return o.resolveWaiting(ctx, t, rev, false)
+	case task.Retrying:
+		at, err := o.allocateRetry(ctx, t.Type, o.now())
+		if err != nil {
+			return err
+		}
+		next := t
+		next.RetryAt = &at
+		if _, err := o.write(ctx, t, rev, &next, "released from hold; retry at "+at.Format(time.RFC3339Nano)); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				return nil
+			}
+			return err
+		}
+		return o.armRetry(ctx, next)
+	}
+	return nil
+}
