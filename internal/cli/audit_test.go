@@ -1,0 +1,206 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/audit"
+	"github.com/ax-run/ax/internal/demo"
+	"github.com/ax-run/ax/internal/mirror/mirrortest"
+	"github.com/ax-run/ax/internal/retry"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+// runCLI runs the ax command line in-process.
+func runCLI(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = Run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// TestMirrorAndAuditCommands runs `ax mirror` against a real stack and
+// MariaDB, then every `ax audit` subcommand in table and JSON form.
+func TestMirrorAndAuditCommands(t *testing.T) {
+	t.Setenv(envMySQLDSN, "")
+	srv := testenv.NATS(t)
+	url := srv.URL()
+	testenv.Orchestrator(t, url, orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	ex := testenv.Executor(t, url, executor.Config{})
+	demo.Register(ex)
+	testenv.Start(t, ex)
+	c := testenv.Client(t, url)
+	dsn, db := mirrortest.DB(t)
+	ctx := testenv.Context(t, 60*time.Second)
+
+	// ax mirror, as its own "process".
+	mctx, stopMirror := context.WithCancel(ctx)
+	mirrorDone := make(chan int, 1)
+	go func() {
+		code, _, _ := runCLI(mctx, "--nats", url, "--log-level", "error", "mirror", "--mysql-dsn", dsn, "--lag-interval", "100ms")
+		mirrorDone <- code
+	}()
+
+	flaky, err := c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), Priority: 1, MaxRetries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing, err := c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: 1, MaxRetries: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{flaky, failing} {
+		if _, err := c.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 20*time.Second, "both tasks mirrored as finished", func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_tasks WHERE state IN ('succeeded','failed')").Scan(&n)
+		return err == nil && n == 2
+	})
+
+	run := func(args ...string) string {
+		t.Helper()
+		code, out, errOut := runCLI(ctx, append([]string{"--nats", url}, args...)...)
+		if code != 0 {
+			t.Fatalf("ax %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+		}
+		return out
+	}
+	auditRun := func(args ...string) string { return run(append([]string{"audit", "--mysql-dsn", dsn}, args...)...) }
+
+	t.Run("timeline", func(t *testing.T) {
+		out := auditRun("timeline", flaky)
+		t.Log("\n" + out)
+		for _, want := range []string{"state succeeded", "Events:", "retrying", "Attempts:", "simulated failure 1 of 1", "succeeded"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("timeline lacks %q:\n%s", want, out)
+			}
+		}
+		var tl audit.Timeline
+		if err := json.Unmarshal([]byte(auditRun("-o", "json", "timeline", flaky)), &tl); err != nil {
+			t.Fatal(err)
+		}
+		if tl.Task == nil || tl.Task.State != "succeeded" || len(tl.Attempts) != 2 || len(tl.Events) != 6 {
+			t.Fatalf("json timeline %+v", tl)
+		}
+	})
+	t.Run("waiting", func(t *testing.T) {
+		if out := auditRun("waiting", failing); !strings.Contains(out, "not waiting: failed") {
+			t.Fatalf("waiting:\n%s", out)
+		}
+	})
+	t.Run("failures", func(t *testing.T) {
+		out := auditRun("failures", "--since", "1h")
+		t.Log("\n" + out)
+		if !strings.Contains(out, "demo.fail") || !strings.Contains(out, "simulated downstream outage") {
+			t.Fatalf("failures:\n%s", out)
+		}
+		var gs []audit.FailureGroup
+		if err := json.Unmarshal([]byte(auditRun("failures", "--since", "1h", "--type", "demo.flaky", "-o", "json")), &gs); err != nil {
+			t.Fatal(err)
+		}
+		if len(gs) != 1 || gs[0].Type != "demo.flaky" || gs[0].SampleTaskID != flaky {
+			t.Fatalf("flaky failures %+v", gs)
+		}
+	})
+	t.Run("stuck", func(t *testing.T) {
+		if out := auditRun("stuck", "--state", "running", "--older-than", "1m"); strings.Count(out, "\n") != 1 {
+			t.Fatalf("nothing should be stuck:\n%s", out)
+		}
+		code, _, errOut := runCLI(ctx, "audit", "--mysql-dsn", dsn, "stuck", "--state", "bogus")
+		if code == 0 || !strings.Contains(errOut, "want one of") {
+			t.Fatalf("bad state: %d %s", code, errOut)
+		}
+	})
+	t.Run("retries", func(t *testing.T) {
+		var rs []audit.RetryStats
+		if err := json.Unmarshal([]byte(auditRun("retries", "-o", "json")), &rs); err != nil {
+			t.Fatal(err)
+		}
+		by := map[string]audit.RetryStats{}
+		for _, r := range rs {
+			by[r.Type] = r
+		}
+		if by["demo.flaky"].Retries != 1 || by["demo.fail"].DeadLettered != 1 || by["demo.fail"].InDLQ != 1 {
+			t.Fatalf("retries %+v", rs)
+		}
+		if out := auditRun("retries"); !strings.Contains(out, "DEAD-LETTERED") {
+			t.Fatalf("retries table:\n%s", out)
+		}
+	})
+	t.Run("mirror lag", func(t *testing.T) {
+		testenv.Eventually(t, 10*time.Second, "the lag to read caught up", func() bool {
+			_, out, _ := runCLI(ctx, "--nats", url, "mirror", "lag")
+			return strings.Contains(out, "caught up")
+		})
+	})
+	t.Run("rebuild", func(t *testing.T) {
+		dsn2, db2 := mirrortest.DB(t)
+		out := run("--log-level", "error", "audit", "rebuild", "--mysql-dsn", dsn2)
+		if !strings.Contains(out, "rebuilt 9 events") {
+			t.Fatalf("rebuild: %s", out)
+		}
+		var n int
+		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_events").Scan(&n); err != nil || n != 9 {
+			t.Fatalf("rebuilt %d events, %v", n, err)
+		}
+		code, _, errOut := runCLI(ctx, "--nats", url, "--log-level", "error", "audit", "rebuild", "--mysql-dsn", dsn2)
+		if code == 0 || !strings.Contains(errOut, "not empty") {
+			t.Fatalf("second rebuild: %d %s", code, errOut)
+		}
+	})
+	t.Run("errors", func(t *testing.T) {
+		code, _, errOut := runCLI(ctx, "audit", "timeline", flaky)
+		if code == 0 || !strings.Contains(errOut, "no MySQL DSN given") {
+			t.Fatalf("no DSN: %d %s", code, errOut)
+		}
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DBName += "_missing"
+		code, _, errOut = runCLI(ctx, "audit", "--mysql-dsn", cfg.FormatDSN(), "retries")
+		if code == 0 || !strings.Contains(errOut, "does not exist") {
+			t.Fatalf("unknown database: %d %s", code, errOut)
+		}
+		emptyDSN, _ := mirrortest.DB(t)
+		code, _, errOut = runCLI(ctx, "audit", "--mysql-dsn", emptyDSN, "retries")
+		if code == 0 || !strings.Contains(errOut, "no AX tables yet") {
+			t.Fatalf("empty database: %d %s", code, errOut)
+		}
+		if _, err := startMirror(ctx, testenv.Conn(t, url), "nonsense", *testenv.Logger(t)); err == nil ||
+			!strings.Contains(err.Error(), "parse MySQL DSN") {
+			t.Fatalf("startMirror with a bad DSN: %v", err)
+		}
+		stop, err := startMirror(ctx, testenv.Conn(t, url), dsn, *testenv.Logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := stop(ctx); err != nil {
+			t.Fatalf("second stop: %v", err)
+		}
+	})
+
+	stopMirror()
+	select {
+	case code := <-mirrorDone:
+		if code != 0 {
+			t.Fatalf("ax mirror exited %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ax mirror did not stop")
+	}
+}

@@ -1,0 +1,465 @@
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/demo"
+	"github.com/ax-run/ax/internal/retry"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// stack is a running AX: embedded NATS, an orchestrator with fast retries
+// and an executor with the demo handlers.
+type stack struct {
+	url    string
+	client *sdk.Client
+	js     jetstream.JetStream
+}
+
+func startStack(t *testing.T) stack {
+	t.Helper()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{
+		Retry: retry.Policy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+	})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	demo.Register(ex)
+	testenv.Start(t, ex)
+	js, err := jetstream.New(testenv.Conn(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stack{url: srv.URL(), client: testenv.Client(t, srv.URL()), js: js}
+}
+
+// logBuffer collects a mirror's logs for assertions (and forwards them to
+// the test log when AX_TEST_LOG is set).
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	out io.Writer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.out != nil {
+		_, _ = b.out.Write(p)
+	}
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newLog(t *testing.T) (*zerolog.Logger, *logBuffer) {
+	b := &logBuffer{}
+	if os.Getenv("AX_TEST_LOG") != "" {
+		b.out = zerolog.NewTestWriter(t)
+	}
+	l := zerolog.New(b).With().Timestamp().Logger()
+	return &l, b
+}
+
+// fastConfig is a mirror configuration for tests: short waits everywhere.
+func fastConfig(log *zerolog.Logger) Config {
+	return Config{
+		FetchWait:   200 * time.Millisecond,
+		AckWait:     2 * time.Second,
+		LagInterval: 100 * time.Millisecond,
+		RetryMin:    20 * time.Millisecond,
+		RetryMax:    200 * time.Millisecond,
+		Logger:      log,
+	}
+}
+
+// startMirror starts a mirror on its own NATS connection; it is stopped when
+// the test ends.
+func startMirror(t *testing.T, url string, db *sql.DB, cfg Config, h hooks) *Mirror {
+	t.Helper()
+	m, err := New(testenv.Conn(t, url), db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.hooks = h
+	if err := m.Start(testenv.Context(t, 20*time.Second)); err != nil {
+		t.Fatalf("start mirror: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m.Stop(ctx)
+	})
+	return m
+}
+
+// workload submits a mix that exercises every path the mirror maps:
+// successes, retries, dead letters and a redrive, a graph whose downstream
+// is cancelled by a failed upstream, and a cancellation while running. It
+// waits until every task has ended and returns the ids by role.
+type workloadIDs struct {
+	all       []string
+	flaky     []string
+	dead      []string
+	redriven  string
+	cancelled string // cancelled while running
+	cascade   string // cancelled because its upstream failed
+
+	neverStarted string // re-dispatched, then failed: no executor serves it
+	expired      string // its ttl passed while it ran
+}
+
+func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) workloadIDs {
+	t.Helper()
+	var w workloadIDs
+	var specs []task.Spec
+	for range 10 * scale {
+		specs = append(specs, task.Spec{Type: demo.TypeNoop, Priority: 2, MaxRetries: 3})
+	}
+	for range 3 * scale {
+		specs = append(specs, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: 1, MaxRetries: 3})
+	}
+	for range scale {
+		specs = append(specs, task.Spec{Type: demo.TypeFail, Priority: 3, MaxRetries: 1})
+	}
+	ids, err := c.SubmitMany(ctx, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.all = append(w.all, ids...)
+	w.flaky = slices.Clone(ids[10*scale : 13*scale])
+	w.dead = slices.Clone(ids[13*scale:])
+
+	a, b, d, e := task.NewID(), task.NewID(), task.NewID(), task.NewID()
+	graph := []task.Spec{
+		{ID: a, Type: demo.TypeNoop, Priority: 2},
+		{ID: b, Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), DependsOn: []string{a}, Priority: 2, MaxRetries: 2},
+		{ID: task.NewID(), Type: demo.TypeNoop, DependsOn: []string{a, b}, Priority: 2},
+		{ID: d, Type: demo.TypeFail, Priority: 2, MaxRetries: 0},
+		{ID: e, Type: demo.TypeNoop, DependsOn: []string{d}, Priority: 2},
+	}
+	gids, err := c.SubmitGraph(ctx, graph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.all = append(w.all, gids...)
+	w.flaky = append(w.flaky, b)
+	w.dead = append(w.dead, d)
+	w.cascade = e
+
+	// Newer paths: a delayed task, one nobody serves (re-dispatched, then
+	// failed without ever starting), one that expires while running.
+	extra := []task.Spec{
+		{Type: demo.TypeNoop, Priority: 2, Delay: task.Duration(100 * time.Millisecond)},
+		{Type: demo.TypeNoop, Priority: 2, Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
+		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: 2, TTL: task.Duration(300 * time.Millisecond)},
+	}
+	for _, sp := range extra {
+		id, err := c.Submit(ctx, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.all = append(w.all, id)
+	}
+	w.neverStarted, w.expired = w.all[len(w.all)-2], w.all[len(w.all)-1]
+
+	sleeper, err := c.Submit(ctx, task.Spec{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"30s"}`), Priority: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.all = append(w.all, sleeper)
+	w.cancelled = sleeper
+	testenv.Eventually(t, 15*time.Second, "the sleeper to run", func() bool {
+		got, err := c.Get(ctx, sleeper)
+		return err == nil && got.State == task.Running
+	})
+	if _, err := c.Cancel(ctx, sleeper, "test cancels it while running"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range w.all {
+		if _, err := c.Wait(ctx, id); err != nil {
+			t.Fatalf("wait %s: %v", id, err)
+		}
+	}
+	// Re-drive one dead letter: it fails again, making a second series.
+	w.redriven = w.dead[0]
+	if _, err := c.Redrive(ctx, w.redriven); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 15*time.Second, "the re-driven task to fail again", func() bool {
+		got, err := c.Get(ctx, w.redriven)
+		return err == nil && got.State == task.Failed && got.Redrives == 1
+	})
+	return w
+}
+
+// streamEvents reads every AX_TASKS message.
+func streamEvents(t *testing.T, ctx context.Context, js jetstream.JetStream) []record {
+	t.Helper()
+	st, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []record
+	for {
+		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("read AX_TASKS: %v", err)
+		}
+		md, _ := msg.Metadata()
+		r, err := decodeRecord(md.Sequence.Stream, msg.Subject(), msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+		if md.NumPending == 0 {
+			return out
+		}
+	}
+}
+
+// waitCaughtUp waits until ax_events holds every AX_TASKS message and the
+// consumer has nothing pending or unacknowledged.
+func waitCaughtUp(t *testing.T, js jetstream.JetStream, db *sql.DB, d time.Duration) {
+	t.Helper()
+	ctx := testenv.Context(t, d+5*time.Second)
+	st, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	testenv.Eventually(t, d, "the mirror to catch up", func() bool {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return false
+		}
+		var n, maxSeq uint64
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MAX(seq),0) FROM ax_events").Scan(&n, &maxSeq); err != nil {
+			last = err.Error()
+			return false
+		}
+		last = fmt.Sprintf("stream %d msgs (last %d), mirror %d rows (max %d)", info.State.Msgs, info.State.LastSeq, n, maxSeq)
+		if n != info.State.Msgs || maxSeq != info.State.LastSeq {
+			return false
+		}
+		ci, err := js.Consumer(ctx, subject.StreamTasks, subject.ConsumerMirror)
+		if err != nil {
+			return true // no durable (rebuild-only checks)
+		}
+		cinfo, err := ci.Info(ctx)
+		return err == nil && cinfo.NumPending == 0 && cinfo.NumAckPending == 0
+	})
+	t.Logf("caught up: %s", last)
+}
+
+// checkMirror verifies the three tables against AX_TASKS: every event once,
+// in order, with its fields; each task's row equal to its last snapshot;
+// one attempt row per claimed execution with the outcome of its last event.
+func checkMirror(t *testing.T, ctx context.Context, js jetstream.JetStream, db *sql.DB) []record {
+	t.Helper()
+	recs := streamEvents(t, ctx, js)
+
+	rows, err := db.QueryContext(ctx, `SELECT seq, task_id, kind, COALESCE(from_state,''), to_state, at, attempt,
+		COALESCE(execution_id,''), actor FROM ax_events ORDER BY seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for rows.Next() {
+		var e eventRow
+		if err := rows.Scan(&e.Seq, &e.TaskID, &e.Kind, &e.From, &e.To, &e.At, &e.Attempt, &e.ExecutionID, &e.Actor); err != nil {
+			t.Fatal(err)
+		}
+		if i >= len(recs) {
+			t.Fatalf("ax_events has more rows than AX_TASKS has messages (extra seq %d)", e.Seq)
+		}
+		r := recs[i]
+		ev := r.Event
+		if e.Seq != r.Seq || e.TaskID != r.TaskID || e.Kind != string(ev.Kind) || e.From != string(ev.From) || e.To != string(ev.To) ||
+			!e.At.Equal(ev.At.Truncate(time.Microsecond)) || e.Attempt != ev.Task.Attempt || e.ExecutionID != ev.Task.ExecutionID || e.Actor != ev.Actor {
+			t.Fatalf("ax_events row %d = %+v, AX_TASKS seq %d = %+v", i, e, r.Seq, ev)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows.Close()
+	if i != len(recs) {
+		t.Fatalf("ax_events has %d rows, AX_TASKS %d messages", i, len(recs))
+	}
+
+	// Tasks: the last event of each subject.
+	last := map[string]record{}
+	for _, r := range recs {
+		last[r.TaskID] = r
+	}
+	var nTasks int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_tasks").Scan(&nTasks); err != nil {
+		t.Fatal(err)
+	}
+	if nTasks != len(last) {
+		t.Fatalf("ax_tasks has %d rows, AX_TASKS %d tasks", nTasks, len(last))
+	}
+	for id, r := range last {
+		want := r.Event.Task
+		var state, execID, executor, deps string
+		var attempt, redrives int
+		var lastSeq uint64
+		var finished sql.NullTime
+		err := db.QueryRowContext(ctx, `SELECT state, attempt, COALESCE(execution_id,''), COALESCE(executor,''), redrives,
+			last_seq, finished_at, dependents FROM ax_tasks WHERE id = ?`, id).
+			Scan(&state, &attempt, &execID, &executor, &redrives, &lastSeq, &finished, &deps)
+		if err != nil {
+			t.Fatalf("task %s: %v", id, err)
+		}
+		var gotDeps []string
+		_ = json.Unmarshal([]byte(deps), &gotDeps)
+		if state != string(want.State) || attempt != want.Attempt || execID != want.ExecutionID || executor != want.Executor ||
+			redrives != want.Redrives || lastSeq != r.Seq || finished.Valid != (want.FinishedAt != nil) ||
+			strings.Join(gotDeps, ",") != strings.Join(want.Dependents, ",") {
+			t.Fatalf("task %s row: state=%s attempt=%d exec=%s executor=%s redrives=%d last_seq=%d finished=%v dependents=%v\nwant %+v at seq %d",
+				id, state, attempt, execID, executor, redrives, lastSeq, finished.Valid, gotDeps, want, r.Seq)
+		}
+	}
+
+	// Attempts: one per claimed execution; the outcome of its last event.
+	type att struct{ outcome, executor string }
+	want := map[string]att{}
+	for _, r := range recs {
+		if a, ok := attemptRowOf(r); ok {
+			want[a.ExecutionID] = att{a.Outcome, a.Executor}
+		}
+	}
+	got := map[string]att{}
+	arows, err := db.QueryContext(ctx, "SELECT execution_id, outcome, COALESCE(executor,'') FROM ax_attempts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer arows.Close()
+	for arows.Next() {
+		var id string
+		var a att
+		if err := arows.Scan(&id, &a.outcome, &a.executor); err != nil {
+			t.Fatal(err)
+		}
+		got[id] = a
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ax_attempts has %d rows, want %d", len(got), len(want))
+	}
+	for id, w := range want {
+		if got[id] != w {
+			t.Fatalf("attempt %s: got %+v, want %+v", id, got[id], w)
+		}
+	}
+	return recs
+}
+
+// dump renders the three mirror tables, ordered by key, for comparisons.
+func dump(t *testing.T, ctx context.Context, db *sql.DB) string {
+	t.Helper()
+	var sb strings.Builder
+	for _, q := range []string{
+		"SELECT * FROM ax_events ORDER BY seq",
+		"SELECT * FROM ax_tasks ORDER BY id",
+		"SELECT * FROM ax_attempts ORDER BY execution_id",
+	} {
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		fmt.Fprintln(&sb, q, cols)
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rows.Next() {
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range vals {
+				if i > 0 {
+					sb.WriteByte('|')
+				}
+				if v == nil {
+					sb.WriteString("NULL")
+				} else {
+					sb.Write(v)
+				}
+			}
+			sb.WriteByte('\n')
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+	return sb.String()
+}
+
+// firstDiff shows where two dumps differ.
+func firstDiff(a, b string) string {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(la) && i < len(lb); i++ {
+		if la[i] != lb[i] {
+			return fmt.Sprintf("line %d:\n  %s\n  %s", i, la[i], lb[i])
+		}
+	}
+	return fmt.Sprintf("lengths %d vs %d lines", len(la), len(lb))
+}
+
+// attemptsOf returns a task's attempts as "attempt:outcome" in order.
+func attemptsOf(t *testing.T, ctx context.Context, db *sql.DB, id string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(ctx, "SELECT attempt, outcome FROM ax_attempts WHERE task_id = ? ORDER BY started_at, attempt", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n int
+		var o string
+		if err := rows.Scan(&n, &o); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d:%s", n, o))
+	}
+	return out
+}

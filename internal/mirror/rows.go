@@ -1,0 +1,349 @@
+package mirror
+
+import (
+	"encoding/json"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ax-run/ax/task"
+)
+
+// Column size limits the mapping enforces so a long reason, error or actor
+// never makes a batch fail.
+const (
+	maxTextBytes = 16 << 10
+	maxNameRunes = 255
+)
+
+// Attempt outcomes stored in ax_attempts.outcome.
+const (
+	OutcomeRunning   = "running"
+	OutcomeSucceeded = "succeeded"
+	OutcomeFailed    = "failed"
+	OutcomeCancelled = "cancelled"
+	OutcomeExpired   = "expired"
+)
+
+// record is one AX_TASKS message: its stream sequence, the task id from its
+// subject and the decoded event.
+type record struct {
+	Seq    uint64
+	TaskID string
+	Event  task.Event
+}
+
+// eventRow is a row of ax_events.
+type eventRow struct {
+	Seq         uint64
+	TaskID      string
+	Type        string
+	Kind        string
+	From        string // "" → NULL
+	To          string
+	At          time.Time
+	Attempt     int
+	ExecutionID string // "" → NULL
+	Actor       string
+	Reason      string // "" → NULL
+}
+
+// taskRow is a row of ax_tasks: the task as of the event LastSeq.
+type taskRow struct {
+	ID          string
+	Type        string
+	State       string
+	Priority    int
+	Capability  string
+	Attempt     int
+	MaxRetries  int
+	Redrives    int
+	Reason      string
+	LastError   string
+	Executor    string
+	ExecutionID string
+	SubmittedAt time.Time
+	// ReadyAt is the earliest ready_at seen; the upsert keeps the minimum.
+	ReadyAt    *time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	RetryAt    *time.Time
+	StartAt    *time.Time
+	ExpiresAt  *time.Time
+	Dispatches int
+	UpdatedAt  time.Time
+	StateSince time.Time
+	DependsOn  string // JSON array
+	Dependents string // JSON array
+	ParentID   string // reserved; always NULL for now
+	ShardID    string // reserved; always NULL for now
+	LastSeq    uint64
+}
+
+// attemptRow is what one event says about an execution attempt.
+type attemptRow struct {
+	ExecutionID string
+	TaskID      string
+	Type        string
+	Attempt     int
+	Executor    string
+	StartedAt   time.Time
+	FinishedAt  *time.Time
+	Outcome     string
+	Error       string
+	Seq         uint64
+}
+
+// batch is what one transaction writes.
+type batch struct {
+	events   []eventRow
+	tasks    []taskRow
+	attempts []attemptRow
+}
+
+// eventRowOf maps an event to its ax_events row.
+func eventRowOf(r record) eventRow {
+	ev := r.Event
+	return eventRow{
+		Seq:         r.Seq,
+		TaskID:      r.TaskID,
+		Type:        ev.Task.Type,
+		Kind:        string(ev.Kind),
+		From:        string(ev.From),
+		To:          string(ev.To),
+		At:          utc(ev.At),
+		Attempt:     ev.Task.Attempt,
+		ExecutionID: ev.Task.ExecutionID,
+		Actor:       clipRunes(ev.Actor, maxNameRunes),
+		Reason:      clipBytes(ev.Reason, maxTextBytes),
+	}
+}
+
+// taskRowOf maps the snapshot inside an event to its ax_tasks row.
+func taskRowOf(r record) taskRow {
+	t := r.Event.Task
+	row := taskRow{
+		ID:          r.TaskID,
+		Type:        t.Type,
+		State:       string(t.State),
+		Priority:    t.Priority,
+		Capability:  t.Capability,
+		Attempt:     t.Attempt,
+		MaxRetries:  t.MaxRetries,
+		Redrives:    t.Redrives,
+		Reason:      clipBytes(t.Reason, maxTextBytes),
+		Executor:    clipRunes(t.Executor, maxNameRunes),
+		ExecutionID: t.ExecutionID,
+		SubmittedAt: utc(t.SubmittedAt),
+		ReadyAt:     utcPtr(t.ReadyAt),
+		StartedAt:   utcPtr(t.StartedAt),
+		FinishedAt:  utcPtr(t.FinishedAt),
+		RetryAt:     utcPtr(t.RetryAt),
+		StartAt:     utcPtr(t.StartAt),
+		ExpiresAt:   utcPtr(t.ExpiresAt),
+		Dispatches:  t.Dispatches,
+		UpdatedAt:   utc(t.UpdatedAt),
+		StateSince:  stateSince(r.Event),
+		DependsOn:   jsonList(t.DependsOn),
+		Dependents:  jsonList(t.Dependents),
+		LastSeq:     r.Seq,
+	}
+	if n := len(t.Errors); n > 0 {
+		row.LastError = clipBytes(t.Errors[n-1].Error, maxTextBytes)
+	}
+	if row.UpdatedAt.IsZero() {
+		row.UpdatedAt = utc(r.Event.At)
+	}
+	if row.SubmittedAt.IsZero() {
+		row.SubmittedAt = row.UpdatedAt
+	}
+	return row
+}
+
+// stateSince is when the task entered its current state, derived from the
+// snapshot alone so the row is the same whichever event of that state wins
+// (a dependent_added event does not restart the clock).
+func stateSince(ev task.Event) time.Time {
+	t := ev.Task
+	var p *time.Time
+	switch t.State {
+	case task.Waiting:
+		p = &t.SubmittedAt
+	case task.Ready:
+		p = t.ReadyAt
+	case task.Running:
+		p = t.StartedAt
+	case task.Retrying:
+		if n := len(t.Errors); n > 0 {
+			p = &t.Errors[n-1].At
+		}
+	case task.Succeeded, task.Failed, task.Cancelled, task.Expired:
+		p = t.FinishedAt
+	}
+	if p != nil && !p.IsZero() {
+		return utc(*p)
+	}
+	if ev.Kind == task.KindTransition && !ev.At.IsZero() {
+		return utc(ev.At)
+	}
+	return utc(t.UpdatedAt)
+}
+
+// attemptRowOf maps an event to what it says about an execution attempt:
+// a claim or takeover (→ running) opens it, a transition out of running
+// closes it with an outcome. Other events say nothing about attempts.
+func attemptRowOf(r record) (attemptRow, bool) {
+	ev := r.Event
+	t := ev.Task
+	if ev.Kind != task.KindTransition || t.ExecutionID == "" {
+		return attemptRow{}, false
+	}
+	row := attemptRow{
+		ExecutionID: t.ExecutionID,
+		TaskID:      r.TaskID,
+		Type:        t.Type,
+		Attempt:     t.Attempt,
+		Executor:    clipRunes(t.Executor, maxNameRunes),
+		Seq:         r.Seq,
+	}
+	started := utc(ev.At)
+	if t.StartedAt != nil && !t.StartedAt.IsZero() {
+		started = utc(*t.StartedAt)
+	}
+	row.StartedAt = started
+	switch {
+	case ev.To == task.Running:
+		row.Outcome = OutcomeRunning
+		return row, true
+	case ev.From == task.Running:
+		at := utc(ev.At)
+		row.FinishedAt = &at
+		switch ev.To {
+		case task.Succeeded:
+			row.Outcome = OutcomeSucceeded
+		case task.Retrying, task.Failed:
+			row.Outcome = OutcomeFailed
+			for i := len(t.Errors) - 1; i >= 0; i-- {
+				if t.Errors[i].ExecutionID == t.ExecutionID {
+					row.Error = clipBytes(t.Errors[i].Error, maxTextBytes)
+					break
+				}
+			}
+		case task.Cancelled:
+			row.Outcome = OutcomeCancelled
+		case task.Expired:
+			row.Outcome = OutcomeExpired
+		default:
+			row.Outcome = string(ev.To)
+		}
+		return row, true
+	}
+	return attemptRow{}, false
+}
+
+// buildBatch maps the records of one fetch to the rows of one transaction:
+// every event; per task only the row of its newest event (with the earliest
+// ready_at seen); per attempt every change in sequence order. Rows are
+// sorted by primary key so concurrent mirrors lock in the same order.
+func buildBatch(recs []record) batch {
+	recs = append([]record(nil), recs...)
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
+	var b batch
+	latest := make(map[string]int) // task id → index in b.tasks
+	for _, r := range recs {
+		b.events = append(b.events, eventRowOf(r))
+		row := taskRowOf(r)
+		if i, ok := latest[row.ID]; ok {
+			// Records are in sequence order: the later one wins.
+			row.ReadyAt = earliest(b.tasks[i].ReadyAt, row.ReadyAt)
+			b.tasks[i] = row
+		} else {
+			latest[row.ID] = len(b.tasks)
+			b.tasks = append(b.tasks, row)
+		}
+		if a, ok := attemptRowOf(r); ok {
+			b.attempts = append(b.attempts, a)
+		}
+	}
+	b.events = dedupEvents(b.events)
+	sort.Slice(b.tasks, func(i, j int) bool { return b.tasks[i].ID < b.tasks[j].ID })
+	sort.SliceStable(b.attempts, func(i, j int) bool {
+		if b.attempts[i].ExecutionID != b.attempts[j].ExecutionID {
+			return b.attempts[i].ExecutionID < b.attempts[j].ExecutionID
+		}
+		return b.attempts[i].Seq < b.attempts[j].Seq
+	})
+	return b
+}
+
+// dedupEvents drops repeated sequences (a message delivered twice within
+// one fetch) from rows sorted by sequence.
+func dedupEvents(rows []eventRow) []eventRow {
+	out := rows[:0]
+	for i, r := range rows {
+		if i > 0 && r.Seq == rows[i-1].Seq {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func earliest(a, b *time.Time) *time.Time {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case b.Before(*a):
+		return b
+	}
+	return a
+}
+
+func jsonList(ids []string) string {
+	if len(ids) == 0 {
+		return "[]"
+	}
+	data, err := json.Marshal(ids)
+	if err != nil {
+		return "[]"
+	}
+	return string(data)
+}
+
+func utc(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	u := utc(*t)
+	return &u
+}
+
+// clipBytes shortens s to at most n bytes without splitting a character.
+func clipBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// clipRunes shortens s to at most n characters.
+func clipRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j]
+		}
+		i++
+	}
+	return s
+}
