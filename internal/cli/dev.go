@@ -32,6 +32,7 @@ func devCmd(g *globals) *cobra.Command {
 		storeDir string
 		port     int
 		exit     bool
+		dsn      string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -46,17 +47,18 @@ A progress line shows tasks per state; a summary follows. The server keeps
 running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd.Context(), g, storeDir, port, exit)
+			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn))
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&storeDir, "store", ".ax-dev", "JetStream store directory (kept across runs)")
 	f.IntVar(&port, "port", devDefaultPort, "NATS port (a free one is used if it is taken)")
 	f.BoolVar(&exit, "exit", false, "exit after the summary instead of keeping the server up")
+	f.StringVar(&dsn, "mysql-dsn", "", "also mirror every event into MySQL (default: env "+envMySQLDSN+"); try ax audit afterwards")
 	return cmd
 }
 
-func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool) error {
+func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn string) error {
 	log := g.logger()
 	if g.logLevel == "info" {
 		log = log.Level(zerolog.WarnLevel) // keep the progress display readable
@@ -99,6 +101,14 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		return err
 	}
 	defer stopWithin(10*time.Second, orch.Stop)
+	if dsn != "" {
+		stopMirror, err := startMirror(ctx, onc, dsn, log)
+		if err != nil {
+			return err
+		}
+		defer stopWithin(10*time.Second, stopMirror)
+		fmt.Fprintln(g.stdout, "  mirroring every event into MySQL (ax audit … --mysql-dsn to query)")
+	}
 
 	for _, ec := range []executor.Config{
 		{ID: "executor-cpu", Capabilities: []string{demo.CapCPU}, Capacity: 4},

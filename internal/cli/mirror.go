@@ -18,7 +18,7 @@ import (
 // envMySQLDSN names the environment variable holding the audit database DSN.
 const envMySQLDSN = "AX_MYSQL_DSN"
 
-// dsnOrEnv returns the --mysql-dsn flag, or AX_MYSQL_DSN when it is empty.
+// mysqlDSNOrEnv returns the --mysql-dsn flag, or AX_MYSQL_DSN when it is empty.
 // The environment is not the flag's default so --help never prints a password.
 func mysqlDSNOrEnv(flag string) string {
 	if flag != "" {

@@ -14,6 +14,7 @@ import (
 
 func orchestratorCmd(g *globals) *cobra.Command {
 	var cfg orchestrator.Config
+	var dsn string
 	cmd := &cobra.Command{
 		Use:   "orchestrator",
 		Short: "Run an orchestrator against a NATS server (several may run at once)",
@@ -34,14 +35,23 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			if err := o.Start(ctx); err != nil {
 				return err
 			}
-			log.Info().Str("nats", g.natsURL).Msg("orchestrator running; Ctrl-C to stop")
-			<-ctx.Done()
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
+			if dsn := mysqlDSNOrEnv(dsn); dsn != "" {
+				stopMirror, err := startMirror(ctx, nc, dsn, log)
+				if err != nil {
+					_ = o.Stop(stopCtx)
+					return err
+				}
+				defer stopMirror(stopCtx)
+			}
+			log.Info().Str("nats", g.natsURL).Msg("orchestrator running; Ctrl-C to stop")
+			<-ctx.Done()
 			return o.Stop(stopCtx)
 		},
 	}
 	addOrchestratorFlags(cmd, &cfg)
+	cmd.Flags().StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror in this process (default: env "+envMySQLDSN+")")
 	return cmd
 }
 
