@@ -107,10 +107,13 @@ func submitFile(cmd *cobra.Command, c *sdk.Client, file string) ([]string, error
 
 func statusCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
-		Use:   "status ID",
-		Short: "Show a task's state and its full history (or why it was rejected)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "status [ID]",
+		Short: "Show a task's state and full history (or why it was rejected); without ID: pauses, breakers, backlogs",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return overview(cmd, g)
+			}
 			ctx := cmd.Context()
 			c, err := g.client(ctx)
 			if err != nil {
