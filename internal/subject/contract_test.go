@@ -21,6 +21,10 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		Task("<id>"), Timer("<kind>", "<id>"), Fire("<kind>", "<id>"), Command("<kind>", "<id>"), DLQ("<id>"),
 		Rejected("<id>", ""), Rejected("", "<unique>"), CancelSignal("<id>"),
 		"ax-ready-<capability>-p<N>", string(TimerRetry), CommandCancel, CommandRedrive,
+		StreamHeld, StreamAudit, HeldAll, AuditAll, BucketSchedules, BucketControl, BucketRetryWindows,
+		ControlPauseAll, "pause.type.<type>", "breaker.<type>", "ax.held.<type>.<id>", "ax.audit.<kind>.<key>",
+		string(TimerStart), string(TimerDeadline), string(TimerDispatch), string(TimerSchedule),
+		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
 	}
 	for _, n := range names {
 		if !strings.Contains(string(doc), n) {
