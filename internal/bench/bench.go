@@ -43,7 +43,28 @@ type Config struct {
 	Capacity float64
 	// SyncAlways runs the embedded server with fsync on every write.
 	SyncAlways bool
-	Logger     *zerolog.Logger
+	// Delayed tasks (run_at 2s after submission) are mixed into the steady
+	// phase; their lateness (handler start − run_at) is measured.
+	Delayed int
+	// MySQLDSN, when set, runs the audit mirror during the bench and
+	// measures its throughput and lag.
+	MySQLDSN string
+	Logger   *zerolog.Logger
+}
+
+// MirrorStats are the audit mirror's figures over the whole bench.
+type MirrorStats struct {
+	Events       uint64        `json:"events"`
+	Elapsed      time.Duration `json:"elapsed"`
+	EventsPerSec float64       `json:"events_per_sec"`
+	MaxLag       time.Duration `json:"max_lag"`
+	MaxPending   uint64        `json:"max_pending"`
+}
+
+// Result is a bench run's figures.
+type Result struct {
+	Phases []Phase      `json:"phases"`
+	Mirror *MirrorStats `json:"mirror,omitempty"`
 }
 
 // Phase holds one phase's figures.
@@ -54,6 +75,9 @@ type Phase struct {
 	TasksPerSec   float64
 	SubmitToStart Percentiles
 	SubmitToDone  Percentiles
+	// DelayedLateness is handler start − run_at of the delayed tasks.
+	DelayedTasks    int
+	DelayedLateness Percentiles
 }
 
 // Percentiles of a latency distribution.
@@ -70,9 +94,10 @@ func percentiles(d []time.Duration) Percentiles {
 	return Percentiles{P50: at(0.50), P90: at(0.90), P99: at(0.99), Max: d[len(d)-1]}
 }
 
-// payload carries the client's submit time.
+// payload carries the client's submit time (and a delayed task's run_at).
 type payload struct {
 	SubmitNanos int64 `json:"t"`
+	RunAtNanos  int64 `json:"r,omitempty"`
 }
 
 // recorder collects latencies of one phase, keyed by task id.
@@ -80,6 +105,7 @@ type recorder struct {
 	mu      sync.Mutex
 	start   []time.Duration
 	done    []time.Duration
+	late    []time.Duration
 	pending map[string]bool
 	// submitting is true until every task of the phase was submitted.
 	submitting bool
@@ -115,26 +141,36 @@ func (r *recorder) expect(ids []string) {
 	}
 }
 
-func (r *recorder) started(d time.Duration) {
+func (r *recorder) started(p payload) {
+	now := time.Now()
 	r.mu.Lock()
-	r.start = append(r.start, d)
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	if p.RunAtNanos > 0 {
+		r.late = append(r.late, now.Sub(time.Unix(0, p.RunAtNanos)))
+		return
+	}
+	r.start = append(r.start, now.Sub(time.Unix(0, p.SubmitNanos)))
 }
 
-func (r *recorder) succeeded(id string, d time.Duration, at time.Time) {
+// succeeded records a success; a delayed task's counts only as done (its
+// latency is measured from run_at when it starts).
+func (r *recorder) succeeded(id string, d time.Duration, at time.Time, delayed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.pending[id] {
 		return
 	}
 	delete(r.pending, id)
-	r.done = append(r.done, d)
-	r.last = at
+	if !delayed {
+		r.done = append(r.done, d)
+		r.last = at
+	}
 	r.checkDone()
 }
 
 // Run executes the configured phases and returns their figures.
-func Run(ctx context.Context, cfg Config) ([]Phase, error) {
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	var res Result
 	log := zerolog.Nop()
 	if cfg.Logger != nil {
 		log = *cfg.Logger
@@ -146,12 +182,12 @@ func Run(ctx context.Context, cfg Config) ([]Phase, error) {
 	if url == "" {
 		dir, err := os.MkdirTemp("", "ax-bench-")
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		defer os.RemoveAll(dir)
 		srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: cfg.SyncAlways})
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		defer srv.Stop()
 		url = srv.URL()
@@ -171,72 +207,89 @@ func Run(ctx context.Context, cfg Config) ([]Phase, error) {
 	}
 	onc, err := connect()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log})
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	if err := orch.Start(ctx); err != nil {
-		return nil, err
+		return res, err
 	}
 	defer orch.Stop(context.Background())
 
 	var rec atomicRecorder
 	enc, err := connect()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	ex, err := executor.New(enc, executor.Config{ID: "bench-executor", Capacity: cfg.Capacity, Logger: &log})
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
 		var p payload
 		if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
 			if r := rec.get(); r != nil {
-				r.started(time.Since(time.Unix(0, p.SubmitNanos)))
+				r.started(p)
 			}
 		}
 		return nil, nil
 	})
 	if err := ex.Start(ctx); err != nil {
-		return nil, err
+		return res, err
 	}
 	defer ex.Stop(context.Background())
 
 	wnc, err := connect()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	if err := watch(ctx, wnc, &rec); err != nil {
-		return nil, err
+		return res, err
 	}
 	cnc, err := connect()
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	client, err := sdk.New(ctx, cnc)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 
-	var phases []Phase
+	var mw *mirrorWatch
+	if cfg.MySQLDSN != "" {
+		mnc, err := connect()
+		if err != nil {
+			return res, err
+		}
+		if mw, err = startMirror(ctx, mnc, cfg.MySQLDSN, log); err != nil {
+			return res, err
+		}
+		defer mw.stop()
+	}
 	if cfg.Tasks > 0 {
 		p, err := throughput(ctx, client, &rec, cfg.Tasks)
 		if err != nil {
-			return phases, err
+			return res, err
 		}
-		phases = append(phases, p)
+		res.Phases = append(res.Phases, p)
 	}
 	if cfg.Rate > 0 && cfg.Duration > 0 {
-		p, err := steady(ctx, client, &rec, cfg.Rate, cfg.Duration)
+		p, err := steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed)
 		if err != nil {
-			return phases, err
+			return res, err
 		}
-		phases = append(phases, p)
+		res.Phases = append(res.Phases, p)
 	}
-	return phases, nil
+	if mw != nil {
+		st, err := mw.finish(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Mirror = &st
+	}
+	return res, nil
 }
 
 // atomicRecorder holds the current phase's recorder.
@@ -290,7 +343,7 @@ func watch(ctx context.Context, nc *nats.Conn, rec *atomicRecorder) error {
 			return
 		}
 		if r := rec.get(); r != nil {
-			r.succeeded(ev.Task.ID, ev.At.Sub(time.Unix(0, p.SubmitNanos)), ev.At)
+			r.succeeded(ev.Task.ID, ev.At.Sub(time.Unix(0, p.SubmitNanos)), ev.At, p.RunAtNanos > 0)
 		}
 	}, jetstream.PullMaxMessages(4096))
 	if err != nil {
@@ -338,9 +391,9 @@ func throughput(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) 
 	return phase("throughput", n, elapsed, r), nil
 }
 
-func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d time.Duration) (Phase, error) {
+func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d time.Duration, delayed int) (Phase, error) {
 	total := int(float64(rate) * d.Seconds())
-	r := newRecorder(total)
+	r := newRecorder(total + delayed)
 	rec.set(r)
 	prefix := fmt.Sprintf("steady-%d-", time.Now().UnixNano())
 	seq := 0
@@ -349,6 +402,7 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	begin := time.Now()
+	delayedSent := 0
 	for sent := 0; sent < total; {
 		select {
 		case <-ctx.Done():
@@ -361,6 +415,15 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 			continue
 		}
 		batch := specs(due, prefix, &seq)
+		// Delayed tasks, spread over the phase, due 2s after submission.
+		for k := delayedSent; k < delayed && k*total < (sent+due)*delayed; k++ {
+			s := specs(1, prefix+"d", &seq)[0]
+			at := time.Now().Add(2 * time.Second)
+			s.RunAt = &at
+			s.Payload = []byte(`{"t":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `,"r":` + strconv.FormatInt(at.UnixNano(), 10) + `}`)
+			batch = append(batch, s)
+			delayedSent++
+		}
 		ids := make([]string, len(batch))
 		for i, s := range batch {
 			ids[i] = s.ID
@@ -372,10 +435,12 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 		sent += due
 	}
 	r.doneSubmitting()
-	if err := waitAll(ctx, r, total); err != nil {
+	if err := waitAll(ctx, r, total+delayedSent); err != nil {
 		return Phase{}, err
 	}
-	return phase(fmt.Sprintf("steady %d/s", rate), total, r.last.Sub(begin), r), nil
+	p := phase(fmt.Sprintf("steady %d/s", rate), total, r.last.Sub(begin), r)
+	p.DelayedTasks = delayedSent
+	return p, nil
 }
 
 func waitAll(ctx context.Context, r *recorder, n int) error {
@@ -395,8 +460,9 @@ func phase(name string, n int, elapsed time.Duration, r *recorder) Phase {
 	defer r.mu.Unlock()
 	return Phase{
 		Name: name, Tasks: n, Elapsed: elapsed,
-		TasksPerSec:   float64(n) / elapsed.Seconds(),
-		SubmitToStart: percentiles(r.start),
-		SubmitToDone:  percentiles(r.done),
+		TasksPerSec:     float64(n) / elapsed.Seconds(),
+		SubmitToStart:   percentiles(r.start),
+		SubmitToDone:    percentiles(r.done),
+		DelayedLateness: percentiles(r.late),
 	}
 }

@@ -13,11 +13,11 @@ import (
 func BenchmarkEndToEnd(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	phases, err := Run(ctx, Config{Tasks: b.N})
+	res, err := Run(ctx, Config{Tasks: b.N})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := phases[0]
+	p := res.Phases[0]
 	b.ReportMetric(p.TasksPerSec, "tasks/s")
 	b.ReportMetric(float64(p.SubmitToDone.P99.Microseconds())/1000, "p99-done-ms")
 }
@@ -26,12 +26,16 @@ func BenchmarkEndToEnd(b *testing.B) {
 func TestRunSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	phases, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second})
+	res, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second, Delayed: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(phases) != 2 || phases[0].Tasks != 200 || phases[1].Tasks != 200 {
+	phases := res.Phases
+	if len(phases) != 2 || phases[0].Tasks != 200 || phases[1].Tasks != 200 || phases[1].DelayedTasks != 5 {
 		t.Fatalf("phases %+v", phases)
+	}
+	if phases[1].DelayedLateness.Max < 0 || phases[1].DelayedLateness.P50 == 0 {
+		t.Fatalf("delayed lateness not measured: %+v", phases[1].DelayedLateness)
 	}
 	for _, p := range phases {
 		if p.SubmitToDone.Max <= 0 || p.SubmitToStart.P50 <= 0 || p.TasksPerSec <= 0 {

@@ -10,9 +10,12 @@ import (
 	"github.com/ax-run/ax/internal/bench"
 )
 
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
 func benchCmd(g *globals) *cobra.Command {
 	var cfg bench.Config
 	var embedded bool
+	var dsn string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure no-op tasks end to end (submit → ready → executor → completed → succeeded)",
@@ -29,22 +32,37 @@ NATS server (or --nats with --external) and measures two phases:
 			}
 			log := g.logger()
 			cfg.Logger = &log
-			phases, err := bench.Run(cmd.Context(), cfg)
+			cfg.MySQLDSN = mysqlDSNOrEnv(dsn)
+			res, err := bench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			if g.jsonOutput() {
-				return g.printJSON(phases)
+				return g.printJSON(res)
 			}
+			phases := res.Phases
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(w, "phase\ttasks\tseconds\ttasks/s\tstart p50\tp90\tp99\tmax\tdone p50\tp90\tp99\tmax\t")
-			ms := func(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
 			for _, p := range phases {
 				fmt.Fprintf(w, "%s\t%d\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Name, p.Tasks, p.Elapsed.Seconds(), p.TasksPerSec,
 					ms(p.SubmitToStart.P50), ms(p.SubmitToStart.P90), ms(p.SubmitToStart.P99), ms(p.SubmitToStart.Max),
 					ms(p.SubmitToDone.P50), ms(p.SubmitToDone.P90), ms(p.SubmitToDone.P99), ms(p.SubmitToDone.Max))
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, p := range phases {
+				if p.DelayedTasks > 0 {
+					l := p.DelayedLateness
+					fmt.Fprintf(g.stdout, "\ndelayed tasks (run_at) during %s: %d, start lateness p50 %s p90 %s p99 %s max %s\n",
+						p.Name, p.DelayedTasks, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max))
+				}
+			}
+			if m := res.Mirror; m != nil {
+				fmt.Fprintf(g.stdout, "\nMySQL mirror: %d events in %.1fs (%.0f events/s over the whole run), max lag %s, max backlog %d events\n",
+					m.Events, m.Elapsed.Seconds(), m.EventsPerSec, m.MaxLag.Round(time.Millisecond), m.MaxPending)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -54,5 +72,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
+	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
+	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")
 	return cmd
 }
