@@ -1,0 +1,90 @@
+package store_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/task"
+)
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func event(from, to task.State) task.Event {
+	return task.Event{Kind: task.KindTransition, From: from, To: to, At: time.Now(), Actor: "test",
+		Task: task.Task{Spec: task.Spec{ID: "t1", Type: "x"}, State: to}}
+}
+
+// TestCompareAndSet: of many writers racing from the same revision exactly
+// one wins; a create happens once; the table is enforced; the history keeps
+// every event in order.
+func TestCompareAndSet(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, _, err := st.Get(ctx, "t1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("get of a missing task: %v", err)
+	}
+	rev, err := st.Write(ctx, event("", task.Ready), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write(ctx, event("", task.Ready), 0); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("second create: %v, want a conflict", err)
+	}
+	var wins, conflicts int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := st.Write(ctx, event(task.Ready, task.Running), rev)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case errors.Is(err, store.ErrConflict):
+				conflicts++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins != 1 || conflicts != 15 {
+		t.Fatalf("%d writers won and %d conflicted, want 1 and 15", wins, conflicts)
+	}
+	var bad *task.ErrInvalidTransition
+	if _, err := st.Write(ctx, event(task.Running, task.Waiting), 0); !errors.As(err, &bad) {
+		t.Fatalf("invalid transition accepted: %v", err)
+	}
+	got, last, err := st.Get(ctx, "t1")
+	if err != nil || got.State != task.Running || last <= rev {
+		t.Fatalf("get: %+v %d %v", got, last, err)
+	}
+	h, err := st.History(ctx, "t1")
+	if err != nil || len(h) != 2 || h[0].Event.To != task.Ready || h[1].Event.To != task.Running || h[1].Revision != last {
+		t.Fatalf("history %+v %v", h, err)
+	}
+}
