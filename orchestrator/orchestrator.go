@@ -129,7 +129,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		}
 		runners = append(runners, &consume.Loop{
 			Name: l.consumer, Consumer: cons, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
-			Handle: l.handle, Log: o.log,
+			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait,
 		})
 	}
 	done := make(chan struct{})

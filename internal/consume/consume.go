@@ -32,6 +32,11 @@ type Loop struct {
 	Batch int
 	// Handle is called for every message.
 	Handle Handler
+	// AckWait is the consumer's ack wait; a handler still running after a
+	// third of it extends the message's lease. Default 30s.
+	AckWait time.Duration
+	// Timeout bounds one handler call. Default 5m.
+	Timeout time.Duration
 	// Log receives warnings about failed handlers.
 	Log zerolog.Logger
 }
@@ -85,9 +90,34 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
-	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	timeout, ackWait := l.Timeout, l.AckWait
+	if timeout <= 0 {
+		timeout = 5 * time.Minute
+	}
+	if ackWait <= 0 {
+		ackWait = 30 * time.Second
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// Keep the lease while a long handler runs, so it is not redelivered
+	// to another orchestrator meanwhile. The timer costs nothing unless
+	// the handler outlives a third of the ack wait.
+	var mu sync.Mutex
+	done := false
+	var beat *time.Timer
+	beat = time.AfterFunc(ackWait/3, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			_ = msg.InProgress()
+			beat.Reset(ackWait / 3)
+		}
+	})
 	err := l.Handle(hctx, msg)
+	mu.Lock()
+	done = true
+	beat.Stop()
+	mu.Unlock()
 	if err == nil {
 		if err := msg.Ack(); err != nil {
 			l.Log.Warn().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).Msg("ack failed; message will be redelivered")
