@@ -105,6 +105,7 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 	var mu sync.Mutex
 	done := false
 	var beat *time.Timer
+	mu.Lock() // the callback reads beat
 	beat = time.AfterFunc(ackWait/3, func() {
 		mu.Lock()
 		defer mu.Unlock()
@@ -113,6 +114,7 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 			beat.Reset(ackWait / 3)
 		}
 	})
+	mu.Unlock()
 	err := l.Handle(hctx, msg)
 	mu.Lock()
 	done = true
