@@ -17,6 +17,8 @@ const (
 	DefaultAckWait   = 30 * time.Second
 	DefaultMaxBatch  = 256
 	DefaultIdleProbe = 5 * time.Second
+	// DefaultMaxTakeovers bounds take-overs of one attempt.
+	DefaultMaxTakeovers = 3
 )
 
 // DefaultWeights are the pull weights of priorities p0…p5.
@@ -46,6 +48,11 @@ type Config struct {
 	// IdleProbe is how often an idle executor re-checks its queues besides
 	// being woken by new work (it catches redeliveries). Default 5s.
 	IdleProbe time.Duration
+	// MaxTakeovers is how often one attempt may be taken over from an
+	// executor that stopped heart-beating before it is failed instead of
+	// run again (a task that kills its executor would loop forever).
+	// Default 3.
+	MaxTakeovers int
 	// Logger receives structured logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Now is the clock. Default time.Now.
@@ -82,6 +89,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.IdleProbe <= 0 {
 		c.IdleProbe = DefaultIdleProbe
+	}
+	if c.MaxTakeovers <= 0 {
+		c.MaxTakeovers = DefaultMaxTakeovers
 	}
 	if c.Logger == nil {
 		l := zerolog.Nop()

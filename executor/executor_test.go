@@ -378,3 +378,61 @@ func TestPermanentErrorAndRetryAfter(t *testing.T) {
 		t.Fatalf("cancel retrying: %+v %v", got, err)
 	}
 }
+
+// TestCrashLoopIsFailedNotRunForever: a task whose executors keep dying
+// while running it (connection lost mid-handler) is taken over at most
+// MaxTakeovers times, then its attempt fails and it is dead-lettered.
+func TestCrashLoopIsFailedNotRunForever(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s := spec(t, "poison", "poison", 2, "default")
+	s.MaxRetries = 0
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	for i := range executor.DefaultMaxTakeovers + 2 {
+		got, err := c.Get(ctx, "poison")
+		if err == nil && got.State.Terminal() {
+			break
+		}
+		nc := testenv.Conn(t, srv.URL())
+		ex, err := executor.New(nc, executor.Config{ID: fmt.Sprint("doomed-", i), AckWait: time.Second,
+			IdleProbe: 100 * time.Millisecond, Logger: testenv.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entered := make(chan struct{}, 1)
+		ex.HandleFunc("poison", func(ctx context.Context, _ *executor.Job) (any, error) {
+			entered <- struct{}{}
+			<-ctx.Done() // "crashes": its connection is gone below
+			return nil, ctx.Err()
+		})
+		if err := ex.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			// Its handler cannot report any more: do not wait for it.
+			sctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_ = ex.Stop(sctx)
+		})
+		// The last one does not run the handler: it reports the failure.
+		testenv.Eventually(t, 15*time.Second, "handler entered or task failed", func() bool {
+			select {
+			case <-entered:
+				nc.Close() // the executor is lost: no heartbeat, no report
+				return true
+			default:
+			}
+			got, err := c.Get(ctx, "poison")
+			return err == nil && got.State.Terminal()
+		})
+	}
+	got, err := c.Wait(ctx, "poison")
+	if err != nil || got.State != task.Failed || !strings.Contains(got.Reason, "lost 4 times") || got.Takeovers != 4 {
+		t.Fatalf("%+v %v", got, err)
+	}
+}

@@ -42,6 +42,8 @@ type puller struct {
 	bellRng chan struct{}
 	// rung has bit N set when the doorbell rang for level N.
 	rung atomic.Uint32
+	// failures counts consecutive failed rounds.
+	failures int
 }
 
 func (e *Executor) newPuller(ctx context.Context, capability string) (*puller, error) {
@@ -71,7 +73,16 @@ func (p *puller) run(ctx context.Context) {
 			return
 		}
 		n = min(n, p.e.cfg.MaxBatch)
-		got := p.round(ctx, n)
+		got, err := p.round(ctx, n)
+		if err != nil {
+			if p.e.nc.IsClosed() {
+				p.e.log.Error().Str("capability", p.capability).Msg("NATS connection closed; this executor stops pulling")
+				return
+			}
+			p.backoff(ctx, err)
+			continue
+		}
+		p.failures = 0
 		if got > 0 {
 			p.sleepDone()
 			continue
@@ -87,15 +98,18 @@ func (p *puller) run(ctx context.Context) {
 	}
 }
 
-// round pulls up to n tasks and starts them; it returns how many it took.
-func (p *puller) round(ctx context.Context, n int) int {
-	got := 0
+// round pulls up to n tasks and starts them; it returns how many it took,
+// or the first pull error.
+func (p *puller) round(ctx context.Context, n int) (got int, err error) {
 	// A doorbell rings when the message is published, which can be a moment
 	// before the stream has stored it: wait briefly on the levels it rang for.
 	rung := p.rung.Swap(0)
 	for lvl := range task.Levels {
 		if rung&(1<<lvl) != 0 && n-got > 0 {
-			k := p.fetch(ctx, lvl, 1, bellWait)
+			k, err := p.fetch(ctx, lvl, 1, bellWait)
+			if err != nil {
+				return got, err
+			}
 			got += k
 			p.empty[lvl] = k == 0
 		}
@@ -106,7 +120,10 @@ func (p *puller) round(ctx context.Context, n int) int {
 			break
 		}
 		if p.empty[lvl] {
-			k := p.fetch(ctx, lvl, 1, 0)
+			k, err := p.fetch(ctx, lvl, 1, 0)
+			if err != nil {
+				return got, err
+			}
 			got += k
 			p.empty[lvl] = k == 0
 		}
@@ -127,7 +144,10 @@ func (p *puller) round(ctx context.Context, n int) int {
 			if want == 0 {
 				continue
 			}
-			k := p.fetch(ctx, lvl, want, 0)
+			k, err := p.fetch(ctx, lvl, want, 0)
+			if err != nil {
+				return got + took, err
+			}
 			took += k
 			if k < want {
 				p.empty[lvl] = true
@@ -138,12 +158,12 @@ func (p *puller) round(ctx context.Context, n int) int {
 			break
 		}
 	}
-	return got
+	return got, nil
 }
 
 // fetch takes up to want tasks from a level and starts them. With wait 0 it
 // takes only what is there; otherwise it waits up to wait for want tasks.
-func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) int {
+func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (int, error) {
 	var batch jetstream.MessageBatch
 	var err error
 	if wait > 0 {
@@ -152,11 +172,7 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) i
 		batch, err = p.levels[lvl].FetchNoWait(want)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
-			p.e.log.Warn().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull failed")
-			time.Sleep(100 * time.Millisecond)
-		}
-		return 0
+		return 0, fmt.Errorf("pull %s p%d: %w", p.capability, lvl, err)
 	}
 	k := 0
 	for msg := range batch.Messages() {
@@ -166,7 +182,23 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) i
 	if err := batch.Error(); err != nil && ctx.Err() == nil {
 		p.e.log.Debug().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull ended early")
 	}
-	return k
+	return k, nil
+}
+
+// backoff waits after a failed pull (NATS reconnecting, say): 100ms
+// doubling to 5s, with one warning per outage.
+func (p *puller) backoff(ctx context.Context, err error) {
+	if p.failures == 0 {
+		p.e.log.Warn().Err(err).Msg("pulling failed; retrying with backoff until NATS answers")
+	}
+	p.failures++
+	d := min(100*time.Millisecond<<min(p.failures-1, 6), 5*time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func (p *puller) arm() bool {

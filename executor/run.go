@@ -86,7 +86,15 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 	defer e.untrack(t.ID, ex)
 
 	stopBeat := e.heartbeat(msg)
-	result, herr := e.call(hctx, t)
+	var result any
+	var herr error
+	if t.Takeovers > e.cfg.MaxTakeovers {
+		// Its executors keep dying while running it: do not run it again
+		// here; fail the attempt so backoff and the dead-letter queue apply.
+		herr = fmt.Errorf("its executor was lost %d times in a row while running it (a crash loop?); not run again", t.Takeovers)
+	} else {
+		result, herr = e.call(hctx, t)
+	}
 	finished := e.cfg.Now().UTC()
 	stopBeat()
 
@@ -144,6 +152,7 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 	for range 20 {
 		next := cur.Claimed(e.cfg.ID, e.cfg.Now().UTC())
 		if cur.State == task.Running {
+			next.Takeovers = cur.Takeovers + 1
 			next.Reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", e.cfg.ID, cur.Executor, delivered)
 		}
 		ev := task.Event{Kind: task.KindTransition, From: cur.State, To: task.Running, At: next.UpdatedAt, Actor: e.cfg.ID, Reason: next.Reason, Task: next}

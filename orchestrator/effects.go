@@ -141,6 +141,7 @@ func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
 	t.FinishedAt = nil
 	t.ReadyAt = &now
 	t.Dispatches = 1
+	t.Takeovers = 0
 	return t
 }
 

@@ -40,6 +40,9 @@ type Task struct {
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	// Dispatches counts the dispatches of the current attempt.
 	Dispatches int `json:"dispatches,omitempty"`
+	// Takeovers counts how often the current attempt was taken over after
+	// its executor stopped heart-beating.
+	Takeovers int `json:"takeovers,omitempty"`
 
 	SubmittedAt time.Time  `json:"submitted_at"`
 	ReadyAt     *time.Time `json:"ready_at,omitempty"`
