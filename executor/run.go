@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -214,26 +215,31 @@ func encodeResult(v any) (json.RawMessage, error) {
 	return b, nil
 }
 
-// heartbeat extends the dispatch's lease until the returned func is called.
+// heartbeat extends the dispatch's lease every Heartbeat until the returned
+// func is called. It costs nothing for tasks shorter than one interval.
 func (e *Executor) heartbeat(msg jetstream.Msg) func() {
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(e.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if err := msg.InProgress(); err != nil {
-					e.log.Debug().Err(err).Msg("heartbeat failed")
-				}
-			}
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	mu.Lock()
+	t = time.AfterFunc(e.cfg.Heartbeat, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
-	return func() { close(done); <-stopped }
+		if err := msg.InProgress(); err != nil {
+			e.log.Debug().Err(err).Msg("heartbeat failed")
+		}
+		t.Reset(e.cfg.Heartbeat)
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // report publishes an attempt's outcome, retrying through NATS outages for
