@@ -79,30 +79,16 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason string) (task.Task
 	if reason == "" {
 		reason = "cancelled by request"
 	}
-	for range maxCASRetries {
-		t, rev, err := o.store.Get(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return t, fmt.Errorf("%w: task %s not found", errCommand, id)
-		}
-		if err != nil {
-			return t, err
-		}
+	t, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
 		if t.State.Terminal() {
-			return t, fmt.Errorf("%w: task %s is already %s", errCommand, id, t.State)
+			return nil, "", fmt.Errorf("%w: task %s is already %s", errCommand, id, t.State)
 		}
-		next := t
-		next.State = task.Cancelled
-		now := o.now()
-		next.FinishedAt = &now
-		newRev, err := o.write(ctx, t, rev, &next, reason)
-		if err == nil {
-			return next, o.ensureEffects(ctx, next, newRev)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return t, err
-		}
+		return o.finished(t, task.Cancelled), reason, nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return t, fmt.Errorf("%w: task %s not found", errCommand, id)
 	}
-	return task.Task{}, fmt.Errorf("cancel %s: too many concurrent changes", id)
+	return t, err
 }
 
 // redrive starts a fresh attempt series for a failed task and removes its
@@ -111,46 +97,36 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 	if reason == "" {
 		reason = "re-driven from the dead-letter queue"
 	}
-	for range maxCASRetries {
-		t, rev, err := o.store.Get(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return t, fmt.Errorf("%w: task %s not found", errCommand, id)
-		}
-		if err != nil {
-			return t, err
-		}
+	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
 		if t.State == task.Ready && t.Redrives > 0 {
 			// A replayed redrive: make sure the dispatch happened.
 			if err := o.dispatch(ctx, t, rev); err != nil {
-				return t, err
+				return nil, "", err
 			}
 		}
 		if t.State != task.Failed {
-			return t, fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
+			return nil, "", fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
 		}
 		next := o.readyNext(t, 1)
 		next.Errors = nil
 		next.Result = nil
 		next.Redrives++
-		newRev, err := o.write(ctx, t, rev, &next, reason)
-		if err == nil {
-			if err := o.dispatch(ctx, next, newRev); err != nil {
-				return next, err
-			}
-			dlq, err := o.js.Stream(ctx, subject.StreamDLQ)
-			if err == nil {
-				err = dlq.Purge(ctx, jetstream.WithPurgeSubject(subject.DLQ(id)))
-			}
-			if err != nil {
-				o.log.Warn().Err(err).Str("task_id", id).Msg("re-driven, but its dead-letter entry was not removed")
-			}
-			return next, nil
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return t, err
-		}
+		return &next, reason, nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return t, fmt.Errorf("%w: task %s not found", errCommand, id)
 	}
-	return task.Task{}, fmt.Errorf("redrive %s: too many concurrent changes", id)
+	if err != nil {
+		return t, err
+	}
+	dlq, err := o.js.Stream(ctx, subject.StreamDLQ)
+	if err == nil {
+		err = dlq.Purge(ctx, jetstream.WithPurgeSubject(subject.DLQ(id)))
+	}
+	if err != nil {
+		o.log.Warn().Err(err).Str("task_id", id).Msg("re-driven, but its dead-letter entry was not removed")
+	}
+	return t, nil
 }
 
 // pause sets or clears a pause switch (scope "all" or "type=<type>"); a

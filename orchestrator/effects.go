@@ -39,6 +39,41 @@ func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, nex
 	return o.store.Write(ctx, ev, rev)
 }
 
+// transition reads a task, lets decide choose its next record and the
+// reason, and writes it with compare-and-set; after a conflict it decides
+// again on the fresh record. After a write it ensures the new state's
+// effects. decide returns a nil record when no transition is needed. The
+// result is the record written, or the one read when nothing was written;
+// a missing task gives store.ErrNotFound.
+func (o *Orchestrator) transition(ctx context.Context, id string, decide func(t task.Task, rev uint64) (*task.Task, string, error)) (task.Task, error) {
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, id)
+		if err != nil {
+			return t, err
+		}
+		next, reason, err := decide(t, rev)
+		if err != nil || next == nil {
+			return t, err
+		}
+		newRev, err := o.write(ctx, t, rev, next, reason)
+		if err == nil {
+			return *next, o.ensureEffects(ctx, *next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return t, err
+		}
+	}
+	return task.Task{}, fmt.Errorf("change task %s: too many concurrent changes", id)
+}
+
+// finished returns t moved to a final state now.
+func (o *Orchestrator) finished(t task.Task, state task.State) *task.Task {
+	now := o.now()
+	t.State = state
+	t.FinishedAt = &now
+	return &t
+}
+
 // ensureEffects makes sure everything that follows from a task being in its
 // current state has happened. Every step is idempotent.
 func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint64) error {
@@ -289,31 +324,23 @@ func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error 
 }
 
 func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up task.Task) error {
-	for range maxCASRetries {
-		child, rev, err := o.store.Get(ctx, id)
-		if err != nil {
-			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
-		}
+	var cascade *task.Task
+	_, err := o.transition(ctx, id, func(child task.Task, _ uint64) (*task.Task, string, error) {
 		if child.State.Terminal() {
 			if child.State == task.Cancelled || child.State == task.Failed || child.State == task.Expired {
-				// Finish a cascade a crash may have interrupted.
-				return o.cancelDependents(ctx, child)
+				cascade = &child // finish a cascade a crash may have interrupted
 			}
-			return nil
+			return nil, "", nil
 		}
-		next := child
-		next.State = task.Cancelled
-		now := o.now()
-		next.FinishedAt = &now
-		newRev, err := o.write(ctx, child, rev, &next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
-		if err == nil {
-			return o.ensureEffects(ctx, next, newRev)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
+		return o.finished(child, task.Cancelled), fmt.Sprintf("upstream %s is %s", up.ID, up.State), nil
+	})
+	if err != nil {
+		return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
 	}
-	return fmt.Errorf("cancel dependent %s: too many concurrent changes", id)
+	if cascade != nil {
+		return o.cancelDependents(ctx, *cascade)
+	}
+	return nil
 }
 
 // deadLetter writes the dead-letter entry of a failed task (one per task:

@@ -91,36 +91,30 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 
 // fireRetry makes a retrying task ready for its next attempt.
 func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
-	for range maxCASRetries {
-		t, rev, err := o.store.Get(ctx, f.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
 		switch {
 		case t.State == task.Retrying && t.Attempt == f.Attempt:
 		case t.State == task.Ready && t.Attempt == f.Attempt+1:
-			return o.dispatch(ctx, t, rev) // replay after a crash
+			return nil, "", o.dispatch(ctx, t, rev) // replay after a crash
 		default:
-			return nil // cancelled, re-driven or already handled
+			return nil, "", nil // cancelled, re-driven or already handled
 		}
 		if ok, why := o.gate.check(o.now(), t.Type, true); !ok {
 			if held, err := o.hold(ctx, t, rev, why, true); held || err != nil {
-				return err
+				return nil, "", err
 			}
 		}
 		next := o.readyNext(t, t.Attempt+1)
-		newRev, err := o.write(ctx, t, rev, &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries))
-		if err == nil {
-			return o.dispatch(ctx, next, newRev)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
+		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries), nil
+	})
+	return ignoreNotFound(err)
+}
+
+func ignoreNotFound(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
 	}
-	return fmt.Errorf("retry %s: too many concurrent changes", f.ID)
+	return err
 }
 
 // armDeadline makes sure an unfinished task with a deadline has its timer.
@@ -150,75 +144,37 @@ func (o *Orchestrator) fireStart(ctx context.Context, f timerFire) error {
 // fireDeadline expires a task that has not finished by its deadline,
 // wherever it is; a running handler is told to stop.
 func (o *Orchestrator) fireDeadline(ctx context.Context, f timerFire) error {
-	for range maxCASRetries {
-		t, rev, err := o.store.Get(ctx, f.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
+	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		switch {
+		case t.State == task.Expired:
+			return nil, "", o.ensureEffects(ctx, t, rev) // replay after a crash
+		case t.State.Terminal():
+			return nil, "", nil
+		case t.ExpiresAt == nil || t.ExpiresAt.After(o.now().Add(time.Second)):
+			return nil, "", nil // not this task's deadline (a stale timer)
 		}
-		if err != nil {
-			return err
-		}
-		if t.State.Terminal() {
-			if t.State == task.Expired {
-				return o.ensureEffects(ctx, t, rev) // replay after a crash
-			}
-			return nil
-		}
-		if t.ExpiresAt == nil || t.ExpiresAt.After(o.now().Add(time.Second)) {
-			return nil // not this task's deadline (a stale timer)
-		}
-		next := t
-		next.State = task.Expired
-		now := o.now()
-		next.FinishedAt = &now
-		reason := fmt.Sprintf("deadline %s passed while %s", t.ExpiresAt.Format(time.RFC3339Nano), t.State)
-		newRev, err := o.write(ctx, t, rev, &next, reason)
-		if err == nil {
-			return o.ensureEffects(ctx, next, newRev)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-	}
-	return fmt.Errorf("expire %s: too many concurrent changes", f.ID)
+		return o.finished(t, task.Expired), fmt.Sprintf("deadline %s passed while %s", t.ExpiresAt.Format(time.RFC3339Nano), t.State), nil
+	})
+	return ignoreNotFound(err)
 }
 
 // fireDispatch handles a dispatch that no executor started in time: it is
 // dispatched again with a new execution id, or after MaxDispatches the task
 // fails naming the capability nobody served.
 func (o *Orchestrator) fireDispatch(ctx context.Context, f timerFire) error {
-	for range maxCASRetries {
-		t, rev, err := o.store.Get(ctx, f.ID)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	_, err := o.transition(ctx, f.ID, func(t task.Task, _ uint64) (*task.Task, string, error) {
 		if t.State != task.Ready || t.ExecutionID != f.ExecutionID {
-			return nil // started, or already re-dispatched
+			return nil, "", nil // started, or already re-dispatched
 		}
-		var next task.Task
-		var reason string
 		if t.Dispatches < t.MaxDispatches {
-			next = o.readyNext(t, t.Attempt)
+			next := o.readyNext(t, t.Attempt)
 			next.Dispatches = t.Dispatches + 1
-			reason = fmt.Sprintf("not started within %s; dispatch %d of %d", t.DispatchTimeout.Std(), next.Dispatches, t.MaxDispatches)
-		} else {
-			next = t
-			next.State = task.Failed
-			now := o.now()
-			next.FinishedAt = &now
-			reason = fmt.Sprintf("not started after %d dispatches of %s each: no executor took capability %q", t.Dispatches, t.DispatchTimeout.Std(), t.Capability)
-			next.Errors = append(next.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: now})
+			return &next, fmt.Sprintf("not started within %s; dispatch %d of %d", t.DispatchTimeout.Std(), next.Dispatches, t.MaxDispatches), nil
 		}
-		newRev, err := o.write(ctx, t, rev, &next, reason)
-		if err == nil {
-			return o.ensureEffects(ctx, next, newRev)
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return err
-		}
-	}
-	return fmt.Errorf("re-dispatch %s: too many concurrent changes", f.ID)
+		next := o.finished(t, task.Failed)
+		reason := fmt.Sprintf("not started after %d dispatches of %s each: no executor took capability %q", t.Dispatches, t.DispatchTimeout.Std(), t.Capability)
+		next.Errors = append(next.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: *next.FinishedAt})
+		return next, reason, nil
+	})
+	return ignoreNotFound(err)
 }
