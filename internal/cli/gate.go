@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"github.com/ax-run/ax/sdk"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -21,18 +23,13 @@ func pauseCmd(g *globals) *cobra.Command {
 		Example: `  ax pause --type payment.charge --reason "gateway maintenance"
   ax pause --retries-only --reason "retry storm"`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.Pause(cmd.Context(), typ, retriesOnly, reason); err != nil {
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, _ []string) error {
+			if err := c.Pause(ctx, typ, retriesOnly, reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "paused %s\n", scopeName(typ))
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "task type (default: every type)")
 	cmd.Flags().BoolVar(&retriesOnly, "retries-only", false, "hold only retries; new tasks still run")
@@ -46,18 +43,13 @@ func resumeCmd(g *globals) *cobra.Command {
 		Use:   "resume",
 		Short: "Lift a pause and release the tasks it held",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.Resume(cmd.Context(), typ, reason); err != nil {
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, _ []string) error {
+			if err := c.Resume(ctx, typ, reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "resumed %s\n", scopeName(typ))
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&typ, "type", "", "task type (default: the pause of every type)")
 	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the audit trail")

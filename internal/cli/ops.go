@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,16 +31,11 @@ func submitCmd(g *globals) *cobra.Command {
 		Example: `  ax submit report.build --payload '{"day":"2026-11-29"}' --priority 1
   ax submit -f graph.json        # {"tasks":[{...},{...}]}`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
 			var ids []string
+			var err error
 			if file != "" {
-				ids, err = submitFile(cmd, c, file)
+				ids, err = submitFile(ctx, c, file)
 			} else {
 				if len(args) != 1 {
 					return errors.New("give a task TYPE or -f FILE")
@@ -69,7 +65,7 @@ func submitCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.stdout, "%s\t%s\n", id, t.State)
 			}
 			return nil
-		},
+		}),
 	}
 	f := cmd.Flags()
 	f.StringVar(&spec.ID, "id", "", "task id (default: a new sortable unique id)")
@@ -85,7 +81,7 @@ func submitCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func submitFile(cmd *cobra.Command, c *sdk.Client, file string) ([]string, error) {
+func submitFile(ctx context.Context, c *sdk.Client, file string) ([]string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
@@ -95,13 +91,13 @@ func submitFile(cmd *cobra.Command, c *sdk.Client, file string) ([]string, error
 		if err != nil {
 			return nil, err
 		}
-		return c.SubmitGraph(cmd.Context(), g.Tasks)
+		return c.SubmitGraph(ctx, g.Tasks)
 	}
 	s, err := task.DecodeSpec(data)
 	if err != nil {
 		return nil, err
 	}
-	id, err := c.Submit(cmd.Context(), s)
+	id, err := c.Submit(ctx, s)
 	return []string{id}, err
 }
 
@@ -200,13 +196,7 @@ func cancelCmd(g *globals) *cobra.Command {
 		Use:   "cancel ID",
 		Short: "Cancel a task (a running handler has its context cancelled)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
 			t, err := c.Cancel(ctx, args[0], reason)
 			if err != nil {
 				return err
@@ -216,7 +206,7 @@ func cancelCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\n", t.ID, t.State)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the audit trail")
 	return cmd
@@ -228,13 +218,7 @@ func dlqCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List the dead-letter queue",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := g.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, _ []string) error {
 			dls, err := c.DeadLetters(ctx)
 			if err != nil {
 				return err
@@ -248,26 +232,20 @@ func dlqCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Spec.ID, d.Spec.Type, d.FailedAt.Format(time.RFC3339), len(d.Attempts), d.Reason)
 			}
 			return w.Flush()
-		},
+		}),
 	})
 	cmd.AddCommand(&cobra.Command{
 		Use:   "redrive ID",
 		Short: "Start a fresh attempt series for a dead-lettered task",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
 			t, err := c.Redrive(ctx, args[0])
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
 			return nil
-		},
+		}),
 	})
 	return cmd
 }
@@ -278,13 +256,7 @@ func rejectedCmd(g *globals) *cobra.Command {
 		Use:   "rejected",
 		Short: "List recently rejected submissions and why",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := g.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, _ []string) error {
 			rs, err := c.Rejections(ctx, limit)
 			if err != nil {
 				return err
@@ -298,7 +270,7 @@ func rejectedCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.RejectedAt.Format(time.RFC3339), r.ID, r.Subject, r.Reason)
 			}
 			return w.Flush()
-		},
+		}),
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many of the newest rejections to show")
 	return cmd

@@ -93,6 +93,20 @@ func (g *globals) client(ctx context.Context) (*sdk.Client, error) {
 	return sdk.Connect(ctx, g.natsURL, nats.Name("ax-cli"))
 }
 
+// withClient makes a command's RunE that connects an SDK client for fn and
+// closes it afterwards.
+func (g *globals) withClient(fn func(ctx context.Context, c *sdk.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		c, err := g.client(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(ctx, c, args)
+	}
+}
+
 // printJSON writes v as indented JSON.
 func (g *globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)

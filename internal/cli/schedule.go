@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/ax-run/ax/sdk"
 	"text/tabwriter"
 	"time"
 
@@ -26,13 +28,7 @@ func scheduleCmd(g *globals) *cobra.Command {
 		Example: `  ax schedule create nightly-report --cron "0 2 * * *" --tz Europe/Berlin --type report.build
   ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := g.client(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
 			s.Name = args[0]
 			s.Template.Type = typ
 			if payload != "" {
@@ -45,7 +41,7 @@ func scheduleCmd(g *globals) *cobra.Command {
 				return err
 			}
 			return printSchedules(g, []task.Schedule{*got})
-		},
+		}),
 	}
 	f := create.Flags()
 	f.StringVar(&s.Cron, "cron", "", "5-field (minute first) or 6-field (seconds first) cron, @hourly…, or \"@every 30s\" (required)")
@@ -67,23 +63,18 @@ func scheduleCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List schedules",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := g.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.Close()
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, _ []string) error {
 			ss, err := c.Schedules(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return printSchedules(g, ss)
-		},
+		}),
 	}
-	action := func(use, short string, do func(cmd *cobra.Command, name string) (*task.Schedule, error)) *cobra.Command {
+	action := func(use, short string, do func(c *sdk.Client, ctx context.Context, name string) (*task.Schedule, error)) *cobra.Command {
 		return &cobra.Command{Use: use + " NAME", Short: short, Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				s, err := do(cmd, args[0])
+			RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
+				s, err := do(c, ctx, args[0])
 				if err != nil {
 					return err
 				}
@@ -92,31 +83,12 @@ func scheduleCmd(g *globals) *cobra.Command {
 					return nil
 				}
 				return printSchedules(g, []task.Schedule{*s})
-			}}
+			})}
 	}
-	pause := action("pause", "Stop a schedule from firing", func(cmd *cobra.Command, name string) (*task.Schedule, error) {
-		c, err := g.client(cmd.Context())
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		return c.PauseSchedule(cmd.Context(), name)
-	})
-	resume := action("resume", "Let a paused schedule fire again, from now", func(cmd *cobra.Command, name string) (*task.Schedule, error) {
-		c, err := g.client(cmd.Context())
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		return c.ResumeSchedule(cmd.Context(), name)
-	})
-	del := action("delete", "Delete a schedule (its tasks stay)", func(cmd *cobra.Command, name string) (*task.Schedule, error) {
-		c, err := g.client(cmd.Context())
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		return nil, c.DeleteSchedule(cmd.Context(), name)
+	pause := action("pause", "Stop a schedule from firing", (*sdk.Client).PauseSchedule)
+	resume := action("resume", "Let a paused schedule fire again, from now", (*sdk.Client).ResumeSchedule)
+	del := action("delete", "Delete a schedule (its tasks stay)", func(c *sdk.Client, ctx context.Context, name string) (*task.Schedule, error) {
+		return nil, c.DeleteSchedule(ctx, name)
 	})
 	cmd.AddCommand(create, list, pause, resume, del)
 	return cmd
