@@ -128,6 +128,8 @@ func TestBadInputIsRejectedClearly(t *testing.T) {
 		{"unknown-dep", subject.Submit("ok"), `{"id":"unknown-dep","type":"ok","depends_on":["ghost"]}`, `unknown task "ghost"`},
 		{"too-big", subject.Submit("ok"), `{"id":"too-big","type":"ok","payload":"` + big + `"}`, "exceeds the limit"},
 		{"cyc-a", subject.GraphSubmit, `{"tasks":[{"id":"cyc-a","type":"ok","depends_on":["cyc-b"]},{"id":"cyc-b","type":"ok","depends_on":["cyc-a"]}]}`, "cycle"},
+		// The unknown dependency is on the second task: the first must not be created either.
+		{"graph-first", subject.GraphSubmit, `{"tasks":[{"id":"graph-first","type":"ok"},{"id":"graph-second","type":"ok","depends_on":["graph-first","ghost"]}]}`, `unknown task "ghost"`},
 	}
 	for _, tc := range cases {
 		publishRaw(t, c.Conn(), tc.subj, []byte(tc.body))

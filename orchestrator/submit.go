@@ -108,6 +108,20 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 	for _, s := range sorted {
 		inGraph[s.ID] = true
 	}
+	// Dependencies outside the graph must exist before anything is created,
+	// so a bad graph is rejected whole.
+	for _, s := range sorted {
+		for _, dep := range s.DependsOn {
+			if inGraph[dep] {
+				continue
+			}
+			if _, _, err := o.store.Get(ctx, dep); errors.Is(err, store.ErrNotFound) {
+				return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: depends_on: unknown task %q", s.ID, dep))
+			} else if err != nil {
+				return err
+			}
+		}
+	}
 	// In-graph edges are written into each upstream's record when it is
 	// created, instead of one compare-and-set per edge afterwards.
 	children := make(map[string][]string)
