@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/breaker"
+	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -341,10 +342,11 @@ func (o *Orchestrator) release(ctx context.Context, filter string, limit int) (i
 	if err != nil {
 		return 0, err
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	cons, done, err := scan.Open(ctx, o.js, subject.StreamHeld, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
 		return 0, err
 	}
+	defer done()
 	n := 0
 	for limit == 0 || n < limit {
 		batch, err := cons.FetchNoWait(100)

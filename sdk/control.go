@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -112,10 +113,11 @@ func (c *Client) AuditEvents(ctx context.Context, limit int) ([]task.AuditEvent,
 	if info.State.LastSeq >= uint64(limit) && info.State.LastSeq-uint64(limit)+1 > start {
 		start = info.State.LastSeq - uint64(limit) + 1
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
+	cons, done, err := scan.Open(ctx, c.js, subject.StreamAudit, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
+	defer done()
 	var out []task.AuditEvent
 	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))

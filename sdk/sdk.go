@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -201,13 +202,14 @@ func (c *Client) History(ctx context.Context, id string) ([]store.Revisioned, er
 // cancelled, expired) and returns it. It returns a *RejectedError if the
 // submission was refused, or ctx's error.
 func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
-	cons, err := c.js.OrderedConsumer(ctx, subject.StreamTasks, jetstream.OrderedConsumerConfig{
+	cons, done, err := scan.Open(ctx, c.js, subject.StreamTasks, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject.Task(id)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("watch task %s: %w", id, err)
 	}
+	defer done()
 	seen := false
 	for {
 		wait := time.Second
@@ -311,10 +313,11 @@ func (c *Client) DeadLetters(ctx context.Context) ([]task.DeadLetter, error) {
 	if info.State.Msgs == 0 {
 		return nil, nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	cons, done, err := scan.Open(ctx, c.js, subject.StreamDLQ, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return nil, fmt.Errorf("dead letters: %w", err)
 	}
+	defer done()
 	var out []task.DeadLetter
 	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
@@ -349,10 +352,11 @@ func (c *Client) Rejections(ctx context.Context, limit int) ([]task.Rejection, e
 	if info.State.LastSeq > uint64(limit) {
 		start = info.State.LastSeq - uint64(limit) + 1
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
+	cons, done, err := scan.Open(ctx, c.js, subject.StreamRejected, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start})
 	if err != nil {
 		return nil, fmt.Errorf("rejections: %w", err)
 	}
+	defer done()
 	var out []task.Rejection
 	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))

@@ -74,6 +74,7 @@ running. See docs/mysql-mirror.md.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.dsn, "mysql-dsn", "", "MySQL DSN, e.g. user:pass@tcp(host:3306)/ax (default: env "+envMySQLDSN+")")
 	fl.IntVar(&f.cfg.Batch, "batch", mirror.DefaultBatch, "events written per transaction")
+	fl.DurationVar(&f.cfg.AckWait, "ack-wait", mirror.DefaultAckWait, "how long a batch of a mirror that died stays unacknowledged before another mirror takes it")
 	fl.DurationVar(&f.cfg.RetentionAge, "retention", mirror.DefaultRetentionAge, "delete rows older than this (negative: keep forever)")
 	fl.DurationVar(&f.cfg.RetentionInterval, "retention-interval", mirror.DefaultRetentionInterval, "how often retention runs")
 	fl.DurationVar(&f.cfg.LagInterval, "lag-interval", mirror.DefaultLagInterval, "how often the lag is checked (and logged when it grows)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -115,13 +116,14 @@ func (s *Store) History(ctx context.Context, id string) ([]Revisioned, error) {
 	if err != nil {
 		return nil, err
 	}
-	cons, err := s.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	cons, done, err := scan.Open(ctx, s.js, subject.StreamTasks, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject.Task(id)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read history of %s: %w", id, err)
 	}
+	defer done()
 	var out []Revisioned
 	for {
 		msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/orchestrator"
@@ -148,10 +149,11 @@ func Events(t testing.TB, nc *nats.Conn) []store.Revisioned {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
+	cons, done, err := scan.Open(ctx, js, subject.StreamTasks, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer done()
 	var out []store.Revisioned
 	for len(out) < int(info.State.Msgs) {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))

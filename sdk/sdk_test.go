@@ -1,0 +1,55 @@
+package sdk_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+// TestReadsLeaveNoConsumers: Wait and History use short-lived consumers and
+// remove them, so a client that waits on many tasks does not exhaust the
+// server's consumers.
+func TestReadsLeaveNoConsumers(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	for i := range 40 {
+		s, _ := task.New("ok", nil)
+		s.ID = fmt.Sprint("t", i)
+		if _, err := c.Submit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Wait(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.History(ctx, s.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.DeadLetters(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(c.Conn())
+	st, _ := js.Stream(ctx, subject.StreamTasks)
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers > 2 {
+		t.Fatalf("%d consumers left on %s after 80 reads", info.State.Consumers, subject.StreamTasks)
+	}
+}
