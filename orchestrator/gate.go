@@ -60,33 +60,15 @@ func (g *gate) breaker(taskType string) *breaker.Breaker {
 // why. retry says whether the dispatch is a retry.
 func (g *gate) check(now time.Time, taskType string, retry bool) (bool, string) {
 	g.mu.Lock()
-	pauses := []struct {
-		p     task.Pause
-		ok    bool
-		scope string
-	}{}
-	for _, k := range []string{"", taskType} {
-		p, ok := g.pauses[k]
-		scope := "all types"
-		if k != "" {
-			scope = "type " + k
-		}
-		pauses = append(pauses, struct {
-			p     task.Pause
-			ok    bool
-			scope string
-		}{p, ok, scope})
-	}
+	all, allPaused := g.pauses[""]
+	own, ownPaused := g.pauses[taskType]
 	b := g.breakers[taskType]
 	g.mu.Unlock()
-	for _, p := range pauses {
-		if p.ok && (!p.p.RetriesOnly || retry) {
-			what := "dispatch"
-			if p.p.RetriesOnly {
-				what = "retries"
-			}
-			return false, fmt.Sprintf("held: %s paused for %s", what, p.scope)
-		}
+	if why := pausedWhy(all, allPaused, "all types", retry); why != "" {
+		return false, why
+	}
+	if why := pausedWhy(own, ownPaused, "type "+taskType, retry); why != "" {
+		return false, why
 	}
 	if b == nil {
 		return true, ""
@@ -100,6 +82,19 @@ func (g *gate) check(now time.Time, taskType string, retry bool) (bool, string) 
 		}
 	}
 	return true, ""
+}
+
+// pausedWhy says why a pause holds a dispatch, or "" when it does not.
+func pausedWhy(p task.Pause, paused bool, scope string, retry bool) string {
+	switch {
+	case !paused:
+		return ""
+	case p.RetriesOnly && retry:
+		return "held: retries paused for " + scope
+	case p.RetriesOnly:
+		return ""
+	}
+	return "held: dispatch paused for " + scope
 }
 
 // apply updates the gate from a control bucket entry.
