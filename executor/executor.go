@@ -33,6 +33,10 @@ type Executor struct {
 	runningMu sync.Mutex
 	running   map[string]*execution // by task id
 
+	// hardStop ends when Stop gives up waiting: reports stop retrying.
+	hardStop   context.Context
+	hardStopFn context.CancelFunc
+
 	mu        sync.Mutex
 	stopFn    context.CancelFunc
 	pullers   sync.WaitGroup
@@ -53,8 +57,9 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: jetstream: %w", err)
 	}
+	hardStop, hardStopFn := context.WithCancel(context.Background())
 	return &Executor{
-		cfg: cfg, nc: nc, js: js,
+		cfg: cfg, nc: nc, js: js, hardStop: hardStop, hardStopFn: hardStopFn,
 		log:      cfg.Logger.With().Str("executor", cfg.ID).Logger(),
 		handlers: make(map[string]Handler),
 		load:     newLoad(cfg.Capacity),
@@ -147,6 +152,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-ctx.Done():
+		e.hardStopFn()
 		e.abandonRunning()
 		<-done
 		err = fmt.Errorf("executor: stop: %w", ctx.Err())
@@ -154,6 +160,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	if e.cancelSub != nil {
 		_ = e.cancelSub.Unsubscribe()
 	}
+	e.hardStopFn()
 	e.log.Info().Msg("executor stopped")
 	return err
 }

@@ -31,7 +31,7 @@ type execution struct {
 // its cost against capacity until it is done.
 func (e *Executor) start(msg jetstream.Msg) {
 	var d task.Dispatch
-	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" {
+	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" || d.Revision == 0 {
 		e.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed dispatch")
 		_ = msg.Term()
 		return
@@ -64,7 +64,18 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
 	t, claimedFrom, claimRev, ok, err := e.claim(claimCtx, d, delivered)
 	cancelClaim()
-	if err != nil {
+	switch {
+	case errors.Is(err, errRunningElsewhere):
+		// Another executor may be running it (or this is a copy of the
+		// dispatch): look again once its lease would have expired.
+		log.Debug().Msg("running elsewhere; checking again after the ack wait")
+		_ = msg.NakWithDelay(e.cfg.AckWait)
+		return
+	case errors.Is(err, store.ErrNotFound):
+		log.Warn().Msg("dropping dispatch of an unknown task")
+		_ = msg.Term()
+		return
+	case err != nil:
 		log.Warn().Err(err).Msg("claim failed; will retry")
 		_ = msg.NakWithDelay(time.Second)
 		return
@@ -97,7 +108,8 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		result, herr = e.call(hctx, t)
 	}
 	finished := e.cfg.Now().UTC()
-	stopBeat()
+	// The lease is held until the report is published and acknowledged.
+	defer stopBeat()
 
 	switch {
 	case ex.abandoned.Load():
@@ -135,7 +147,8 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		}
 	}
 	if err := e.report(r); err != nil {
-		log.Warn().Err(err).Msg("report not published; the task will be redelivered")
+		log.Warn().Err(err).Msg("report not published; handing the task back")
+		_ = msg.Nak()
 		return
 	}
 	if err := msg.Ack(); err != nil {
@@ -172,6 +185,8 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 			return cur, 0, 0, false, nil
 		case cur.State == task.Ready:
 		case cur.State == task.Running && delivered > 1:
+		case cur.State == task.Running:
+			return cur, 0, 0, false, errRunningElsewhere
 		default:
 			return cur, 0, 0, false, nil
 		}
@@ -242,8 +257,14 @@ func (e *Executor) heartbeat(msg jetstream.Msg) func() {
 	}
 }
 
-// report publishes an attempt's outcome, retrying through NATS outages for
-// up to the ack wait (after that the dispatch is redelivered anyway).
+// errRunningElsewhere: the task is running under the same execution id on a
+// first delivery of its dispatch (a copy, or consumer state lost in a server
+// crash); its executor may be alive.
+var errRunningElsewhere = errors.New("task is running elsewhere")
+
+// report publishes an attempt's outcome, retrying through NATS outages
+// (the lease is kept meanwhile) until it is stored or the executor is
+// stopped for good.
 func (e *Executor) report(r task.Report) error {
 	data, err := json.Marshal(r)
 	if err != nil {
@@ -252,8 +273,11 @@ func (e *Executor) report(r task.Report) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
-	bo.MaxElapsedTime = e.cfg.AckWait
+	bo.MaxElapsedTime = 0
 	return backoff.Retry(func() error {
+		if e.hardStop.Err() != nil {
+			return backoff.Permanent(e.hardStop.Err())
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := e.js.Publish(ctx, subject.Completed(r.Type), data,

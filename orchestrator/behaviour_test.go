@@ -144,9 +144,15 @@ func TestBadInputIsRejectedClearly(t *testing.T) {
 		t.Fatalf("valid task after bad input: %+v %v", got, err)
 	}
 	for _, tc := range cases {
-		_, err := c.Get(ctx, tc.id)
+		// An unknown dependency is retried for a few seconds first: its
+		// upstream may be a submission still in flight.
+		var err error
 		var rej *sdk.RejectedError
-		if !errors.As(err, &rej) || !strings.Contains(rej.Rejection.Reason, tc.want) {
+		testenv.Eventually(t, 15*time.Second, tc.id+" rejected", func() bool {
+			_, err = c.Get(ctx, tc.id)
+			return errors.As(err, &rej)
+		})
+		if !strings.Contains(rej.Rejection.Reason, tc.want) {
 			t.Errorf("%s: got %v, want a rejection mentioning %q", tc.id, err, tc.want)
 		}
 	}

@@ -294,6 +294,11 @@ func (o *Orchestrator) registerDependent(ctx context.Context, up, child string) 
 func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error {
 	for _, id := range t.Dependents {
 		child, rev, err := o.store.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			// Listed by its graph but not created yet (the graph's creation
+			// was interrupted): its creation resolves it against this task.
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
 		}
@@ -334,6 +339,9 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 		}
 		return o.finished(child, task.Cancelled), fmt.Sprintf("upstream %s is %s", up.ID, up.State), nil
 	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // not created yet: its creation sees the upstream's state
+	}
 	if err != nil {
 		return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
 	}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,12 +22,33 @@ import (
 // rejectInputLimit bounds how much of a rejected input is kept.
 const rejectInputLimit = 4096
 
-// errRejected wraps the reason a submission is refused.
-type errRejected struct{ reason error }
+// errRejected wraps the reason a submission is refused. unknownDep marks a
+// dependency not found: its upstream may be a submission still in flight.
+type errRejected struct {
+	reason     error
+	unknownDep bool
+}
 
 func (e errRejected) Error() string { return e.reason.Error() }
 
-func reject(format string, args ...any) error { return errRejected{fmt.Errorf(format, args...)} }
+// unknownDepDeliveries is how often a submission naming an unknown
+// dependency is tried (about 3 s with the redelivery backoff) before it is
+// rejected: submissions are handled concurrently, so an upstream submitted
+// just before its dependent may not exist yet.
+const unknownDepDeliveries = 6
+
+// rejectOrRetry records a rejection, or for an unknown dependency on an
+// early delivery asks for a redelivery instead.
+func (o *Orchestrator) rejectOrRetry(ctx context.Context, rej errRejected, msg jetstream.Msg, reject func() error) error {
+	if rej.unknownDep {
+		if md, err := msg.Metadata(); err == nil && md.NumDelivered < unknownDepDeliveries {
+			return fmt.Errorf("not yet: %w", rej.reason)
+		}
+	}
+	return reject()
+}
+
+func reject(format string, args ...any) error { return errRejected{reason: fmt.Errorf(format, args...)} }
 
 // handleSubmit creates a task from task.submit.<type>, or a graph of them
 // from task.graph.submit.
@@ -40,7 +62,7 @@ func (o *Orchestrator) handleSubmit(ctx context.Context, msg jetstream.Msg) erro
 	}
 	var rej errRejected
 	if errors.As(err, &rej) {
-		return o.reject(ctx, spec.ID, msg, rej.reason)
+		return o.rejectOrRetry(ctx, rej, msg, func() error { return o.reject(ctx, spec.ID, msg, rej.reason) })
 	}
 	return err
 }
@@ -54,9 +76,9 @@ func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
 		var probe struct {
 			ID string `json:"id"`
 		}
-		_ = json.Unmarshal(msg.Data(), &probe)
+		_ = json.NewDecoder(bytes.NewReader(msg.Data())).Decode(&probe) // the first value only
 		spec.ID = probe.ID
-		return spec, errRejected{err}
+		return spec, errRejected{reason: err}
 	}
 	switch {
 	case spec.Type == "":
@@ -68,7 +90,7 @@ func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
 		spec.ID = derivedID(msg)
 	}
 	if err := spec.Validate(o.cfg.MaxPayload); err != nil {
-		return spec, errRejected{err}
+		return spec, errRejected{reason: err}
 	}
 	return spec, nil
 }
@@ -116,7 +138,8 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 				continue
 			}
 			if _, _, err := o.store.Get(ctx, dep); errors.Is(err, store.ErrNotFound) {
-				return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: depends_on: unknown task %q", s.ID, dep))
+				rej := errRejected{fmt.Errorf("task %q: depends_on: unknown task %q", s.ID, dep), true}
+				return o.rejectOrRetry(ctx, rej, msg, func() error { return o.rejectGraph(ctx, g, msg, rej.reason) })
 			} else if err != nil {
 				return err
 			}
@@ -199,7 +222,7 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[str
 			}
 			if _, _, err := o.store.Get(ctx, dep); err != nil {
 				if errors.Is(err, store.ErrNotFound) {
-					return reject("depends_on: unknown task %q", dep)
+					return errRejected{fmt.Errorf("depends_on: unknown task %q", dep), true}
 				}
 				return err
 			}

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"sort"
 	"strings"
 	"time"
@@ -118,10 +120,37 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	if _, err := c.js.Publish(ctx, subject.Submit(spec.Type), data, jetstream.WithMsgID(spec.ID)); err != nil {
+	ack, err := c.js.Publish(ctx, subject.Submit(spec.Type), data, jetstream.WithMsgID(msgID(spec.ID, data)))
+	if err != nil {
 		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
 	}
+	if ack.Duplicate {
+		return spec.ID, c.duplicateOfRejected(ctx, spec.ID)
+	}
 	return spec.ID, nil
+}
+
+// msgID de-duplicates retries of one submission (JetStream's window): the
+// task id and a hash of the spec, so a corrected spec with the same id is
+// not mistaken for a retry. Idempotency of ids is the orchestrator's.
+func msgID(id string, data []byte) string {
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return id + ":" + strconv.FormatUint(h.Sum64(), 36)
+}
+
+// duplicateOfRejected returns the rejection when a submission JetStream
+// de-duplicated is one the orchestrator refused (resubmitting it changes
+// nothing); nil when the task exists or is still being created.
+func (c *Client) duplicateOfRejected(ctx context.Context, id string) error {
+	if _, _, err := c.store.Get(ctx, id); err == nil {
+		return nil
+	}
+	rej, err := c.rejection(ctx, id)
+	if err != nil || rej == nil {
+		return err
+	}
+	return &RejectedError{*rej}
 }
 
 // SubmitGraph submits several tasks with their edges (depends_on) at once:
@@ -143,7 +172,7 @@ func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, 
 	if err != nil {
 		return nil, fmt.Errorf("encode graph: %w", err)
 	}
-	if _, err := c.js.Publish(ctx, subject.GraphSubmit, data, jetstream.WithMsgID("graph-"+ids[0])); err != nil {
+	if _, err := c.js.Publish(ctx, subject.GraphSubmit, data, jetstream.WithMsgID(msgID("graph-"+ids[0], data))); err != nil {
 		return nil, fmt.Errorf("submit graph: %w", err)
 	}
 	return ids, nil
@@ -387,7 +416,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err != nil {
 			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
 		}
-		f, err := c.js.PublishAsync(subject.Submit(specs[i].Type), data, jetstream.WithMsgID(specs[i].ID))
+		f, err := c.js.PublishAsync(subject.Submit(specs[i].Type), data, jetstream.WithMsgID(msgID(specs[i].ID, data)))
 		if err != nil {
 			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
 		}
@@ -396,7 +425,12 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 	}
 	for i, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				if err := c.duplicateOfRejected(ctx, ids[i]); err != nil {
+					return ids, err
+				}
+			}
 		case err := <-f.Err():
 			return nil, fmt.Errorf("submit task %s: %w", ids[i], err)
 		case <-ctx.Done():

@@ -60,6 +60,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f := cmd.Flags()
 	f.StringVar(&cfg.NodeID, "node-id", "", "name of this orchestrator in the audit trail (default orchestrator-<host>-<pid>)")
 	f.IntVar(&cfg.Workers, "workers", orchestrator.DefaultWorkers, "messages handled concurrently per consumer")
+	f.DurationVar(&cfg.AckWait, "ack-wait", orchestrator.DefaultAckWait, "how long a message held by an orchestrator that died waits before another takes it")
 	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes (default 256 KiB)")
 	f.DurationVar(&cfg.Retry.Base, "retry-base", retry.DefaultBase, "delay before the first retry")
 	f.Float64Var(&cfg.Retry.Factor, "retry-factor", retry.DefaultFactor, "backoff multiplier per retry")

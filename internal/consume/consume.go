@@ -17,7 +17,8 @@ import (
 
 // Handler processes one message. A nil error acks it; an error naks it with
 // a delay growing with the number of deliveries. Handlers must be idempotent:
-// a message can be delivered again after a crash.
+// a message can be delivered again after a crash. Their context has no
+// deadline: every JetStream request is bounded by the client's timeout.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
 
 // Loop consumes one durable consumer.
@@ -35,8 +36,6 @@ type Loop struct {
 	// AckWait is the consumer's ack wait; a handler still running after a
 	// third of it extends the message's lease. Default 30s.
 	AckWait time.Duration
-	// Timeout bounds one handler call. Default 5m.
-	Timeout time.Duration
 	// Log receives warnings about failed handlers.
 	Log zerolog.Logger
 }
@@ -90,15 +89,14 @@ func (l *Loop) Run(ctx context.Context) error {
 }
 
 func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
-	timeout, ackWait := l.Timeout, l.AckWait
-	if timeout <= 0 {
-		timeout = 5 * time.Minute
-	}
+	ackWait := l.AckWait
 	if ackWait <= 0 {
 		ackWait = 30 * time.Second
 	}
-	hctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// No deadline here: each JetStream call in a handler then gets the
+	// client's own request timeout, so a reply lost in a server restart
+	// fails that call in seconds instead of stalling the whole handler.
+	hctx := ctx
 	// Keep the lease while a long handler runs, so it is not redelivered
 	// to another orchestrator meanwhile. The timer costs nothing unless
 	// the handler outlives a third of the ack wait.

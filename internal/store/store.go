@@ -77,6 +77,10 @@ func (s *Store) Write(ctx context.Context, ev task.Event, expected uint64) (uint
 	if ev.Kind == task.KindTransition && !task.CanTransition(ev.From, ev.To) {
 		return 0, &task.ErrInvalidTransition{From: ev.From, To: ev.To}
 	}
+	if expected == 0 && (ev.From != "" || ev.Kind != task.KindTransition) {
+		// Revision 0 means "create": only a creation may expect it.
+		return 0, fmt.Errorf("write task %s: a change from %q needs the task's revision", ev.Task.ID, ev.From)
+	}
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return 0, fmt.Errorf("encode event for task %s: %w", ev.Task.ID, err)
