@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
@@ -110,8 +111,9 @@ func (c *Client) prepare(s *task.Spec) error {
 // Submit validates spec, fills its defaults and id (a sortable unique id when
 // empty) and publishes it on task.submit.<type>. It returns once JetStream
 // has stored the submission: the task will not be lost. Submitting an id
-// again never creates a second task. Priority and MaxRetries are used as
-// given (0 is the highest priority; set DefaultPriority explicitly).
+// again never creates a second task; submitting an id whose earlier
+// submission was rejected has it evaluated anew. Priority and MaxRetries are
+// used as given (0 is the highest priority; task.New sets the defaults).
 func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err := c.prepare(&spec); err != nil {
 		return "", err
@@ -125,7 +127,7 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
 	}
 	if ack.Duplicate {
-		return spec.ID, c.duplicateOfRejected(ctx, spec.ID)
+		return spec.ID, c.resubmitIfRejected(ctx, subject.Submit(spec.Type), spec.ID, data)
 	}
 	return spec.ID, nil
 }
@@ -139,10 +141,12 @@ func msgID(id string, data []byte) string {
 	return id + ":" + strconv.FormatUint(h.Sum64(), 36)
 }
 
-// duplicateOfRejected returns the rejection when a submission JetStream
-// de-duplicated is one the orchestrator refused (resubmitting it changes
-// nothing); nil when the task exists or is still being created.
-func (c *Client) duplicateOfRejected(ctx context.Context, id string) error {
+// resubmitIfRejected handles a submission JetStream de-duplicated. If the
+// id's earlier submission was rejected, this one is published again under a
+// fresh message id, after removing the stale rejection, so the orchestrator
+// evaluates it anew (a missing dependency may exist by now). If the task
+// exists, or the earlier submission is still being handled, nothing is done.
+func (c *Client) resubmitIfRejected(ctx context.Context, subj, id string, data []byte) error {
 	if _, _, err := c.store.Get(ctx, id); err == nil {
 		return nil
 	}
@@ -150,7 +154,17 @@ func (c *Client) duplicateOfRejected(ctx context.Context, id string) error {
 	if err != nil || rej == nil {
 		return err
 	}
-	return &RejectedError{*rej}
+	st, err := c.js.Stream(ctx, subject.StreamRejected)
+	if err != nil {
+		return fmt.Errorf("resubmit %s: %w", id, err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject.Rejected(id, ""))); err != nil {
+		return fmt.Errorf("resubmit %s: clear its rejection: %w", id, err)
+	}
+	if _, err := c.js.Publish(ctx, subj, data, jetstream.WithMsgID(msgID(id, data)+":"+nuid.Next())); err != nil {
+		return fmt.Errorf("resubmit %s: %w", id, err)
+	}
+	return nil
 }
 
 // SubmitGraph submits several tasks with their edges (depends_on) at once:
@@ -407,6 +421,7 @@ func (c *Client) Rejections(ctx context.Context, limit int) ([]task.Rejection, e
 // Submit at a time) and returns their ids once JetStream stored them all.
 func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, error) {
 	ids := make([]string, len(specs))
+	bodies := make([][]byte, len(specs))
 	futures := make([]jetstream.PubAckFuture, 0, len(specs))
 	for i := range specs {
 		if err := c.prepare(&specs[i]); err != nil {
@@ -420,14 +435,14 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err != nil {
 			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
 		}
-		ids[i] = specs[i].ID
+		ids[i], bodies[i] = specs[i].ID, data
 		futures = append(futures, f)
 	}
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				if err := c.duplicateOfRejected(ctx, ids[i]); err != nil {
+				if err := c.resubmitIfRejected(ctx, subject.Submit(specs[i].Type), ids[i], bodies[i]); err != nil {
 					return ids, err
 				}
 			}
