@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"strconv"
 	"time"
 )
 
@@ -249,20 +248,17 @@ func (s *Spec) Validate(maxPayload int) error {
 // Duration is a time.Duration that travels as a Go duration string ("30s").
 type Duration time.Duration
 
-// MarshalJSON writes the duration as a string such as "1m30s".
-func (d Duration) MarshalJSON() ([]byte, error) {
-	return json.Marshal(time.Duration(d).String())
+// MarshalText writes the duration as a string such as "1m30s" (a JSON
+// string; text marshalling spares encoding/json re-validating the output).
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).String()), nil
 }
 
-// UnmarshalJSON reads a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	s, err := strconv.Unquote(string(b))
+// UnmarshalText reads a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
 	if err != nil {
-		return fmt.Errorf("duration must be a string such as \"30s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("duration %q: %w", s, err)
+		return fmt.Errorf("duration %q: %w", b, err)
 	}
 	*d = Duration(v)
 	return nil

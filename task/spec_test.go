@@ -38,6 +38,7 @@ func TestBadSpecs(t *testing.T) {
 		{"bad id", `{"id":"a.b","type":"t"}`, "id:"},
 		{"bad capability", `{"id":"a","type":"t","capability":"a.b"}`, "capability"},
 		{"bad timeout", `{"id":"a","type":"t","timeout":"soon"}`, "duration"},
+		{"numeric timeout", `{"id":"a","type":"t","timeout":30}`, `field "timeout"`},
 		{"zero cost", `{"id":"a","type":"t","estimated_cost":0}`, "estimated_cost"},
 		{"self dependency", `{"id":"a","type":"t","depends_on":["a"]}`, "itself"},
 		{"duplicate dependency", `{"id":"a","type":"t","depends_on":["b","b"]}`, "twice"},
