@@ -38,6 +38,18 @@ and ready-made SQL.`,
 
 type auditOpener func(ctx context.Context) (*audit.Auditor, func(), error)
 
+// run makes a command's RunE that opens the auditor for fn and closes it.
+func (open auditOpener) run(fn func(ctx context.Context, a *audit.Auditor, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a, done, err := open(cmd.Context())
+		if err != nil {
+			return err
+		}
+		defer done()
+		return fn(cmd.Context(), a, args)
+	}
+}
+
 // openAuditDB opens and checks the audit database for reading.
 func openAuditDB(ctx context.Context, dsn string) (*sql.DB, error) {
 	db, err := mirror.Open(dsn, nil)
@@ -60,13 +72,8 @@ func auditTimelineCmd(g *globals, open auditOpener) *cobra.Command {
 		Use:   "timeline ID",
 		Short: "A task's full history: every event and every attempt",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, done, err := open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			tl, err := a.Timeline(cmd.Context(), args[0])
+		RunE: open.run(func(ctx context.Context, a *audit.Auditor, args []string) error {
+			tl, err := a.Timeline(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -103,7 +110,7 @@ func auditTimelineCmd(g *globals, open auditOpener) *cobra.Command {
 					at.StartedAt.Format(auditTimeLayout), took, at.Outcome, auditOneLine(at.Error))
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
 
@@ -112,13 +119,8 @@ func auditWaitingCmd(g *globals, open auditOpener) *cobra.Command {
 		Use:   "waiting ID",
 		Short: "Why a task has not run yet: which dependencies are not done, and their states",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, done, err := open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
-			r, err := a.Waiting(cmd.Context(), args[0])
+		RunE: open.run(func(ctx context.Context, a *audit.Auditor, args []string) error {
+			r, err := a.Waiting(ctx, args[0])
 			if err != nil {
 				return err
 			}
@@ -140,7 +142,7 @@ func auditWaitingCmd(g *globals, open auditOpener) *cobra.Command {
 				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Depth, b.ID, auditDash(b.Type), b.State, since, b.Via, auditOneLine(b.Reason))
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
 
@@ -152,18 +154,13 @@ func auditFailuresCmd(g *globals, open auditOpener) *cobra.Command {
 		Short:   "Failed attempts in a time range, grouped by type and error",
 		Example: "  ax audit failures --since 1h --type report.build",
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, done, err := open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: open.run(func(ctx context.Context, a *audit.Auditor, _ []string) error {
 			now := time.Now()
 			q.Since = now.Add(-since)
 			if until > 0 {
 				q.Until = now.Add(-until)
 			}
-			gs, err := a.Failures(cmd.Context(), q)
+			gs, err := a.Failures(ctx, q)
 			if err != nil {
 				return err
 			}
@@ -176,7 +173,7 @@ func auditFailuresCmd(g *globals, open auditOpener) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", f.Type, f.Failures, f.Tasks, f.First.Format(auditTimeLayout), f.Last.Format(auditTimeLayout), f.SampleTaskID, auditOneLine(f.Error))
 			}
 			return w.Flush()
-		},
+		}),
 	}
 	fl := cmd.Flags()
 	fl.DurationVar(&since, "since", time.Hour, "look back this far")
@@ -241,17 +238,12 @@ func auditRetriesCmd(g *globals, open auditOpener) *cobra.Command {
 		Use:   "retries",
 		Short: "Retry and dead-letter counts per task type",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, done, err := open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
+		RunE: open.run(func(ctx context.Context, a *audit.Auditor, _ []string) error {
 			var from time.Time
 			if since > 0 {
 				from = time.Now().Add(-since)
 			}
-			rs, err := a.Retries(cmd.Context(), from)
+			rs, err := a.Retries(ctx, from)
 			if err != nil {
 				return err
 			}
@@ -264,7 +256,7 @@ func auditRetriesCmd(g *globals, open auditOpener) *cobra.Command {
 				fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", r.Type, r.Tasks, r.Attempts, r.Retries, r.FailedAttempts, r.DeadLettered, r.InDLQ, r.Redrives)
 			}
 			return w.Flush()
-		},
+		}),
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only attempts and dead letters this recent (default: everything mirrored)")
 	return cmd
