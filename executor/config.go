@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/task"
@@ -53,6 +54,9 @@ type Config struct {
 	// run again (a task that kills its executor would loop forever).
 	// Default 3.
 	MaxTakeovers int
+	// Metrics registers the executor's Prometheus metrics (names in
+	// internal/metrics). Default nil: none.
+	Metrics prometheus.Registerer
 	// Logger receives structured logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Now is the clock. Default time.Now.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -28,7 +29,8 @@ type Executor struct {
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
 
-	load *load
+	load    *load
+	metrics *metrics.Executor
 
 	runningMu sync.Mutex
 	running   map[string]*execution // by task id
@@ -63,6 +65,7 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 		log:      cfg.Logger.With().Str("executor", cfg.ID).Logger(),
 		handlers: make(map[string]Handler),
 		load:     newLoad(cfg.Capacity),
+		metrics:  metrics.NewExecutor(cfg.Metrics),
 		running:  make(map[string]*execution),
 	}, nil
 }

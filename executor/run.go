@@ -46,9 +46,11 @@ func (e *Executor) start(msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
+	e.metrics.InFlightCost.Add(cost)
 	e.runs.Add(1)
 	go func() {
 		defer e.runs.Done()
+		defer e.metrics.InFlightCost.Sub(cost)
 		defer e.load.release(cost)
 		e.execute(msg, d)
 	}()
@@ -146,6 +148,8 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 			r.RetryAfter = &d
 		}
 	}
+	e.metrics.Attempts.WithLabelValues(string(r.Status)).Inc()
+	e.metrics.Duration.Observe(finished.Sub(*t.StartedAt).Seconds())
 	if err := e.report(r); err != nil {
 		log.Warn().Err(err).Msg("report not published; handing the task back")
 		_ = msg.Nak()

@@ -254,7 +254,7 @@ func TestFailureCancelsDownstreamTransitively(t *testing.T) {
 	}
 	for id, reason := range map[string]string{"b": "upstream a is failed", "c": "upstream b is cancelled", "d": "upstream [bc] is cancelled"} {
 		got, err := c.Wait(ctx, id)
-		if err != nil || got.State != task.Cancelled || !regexp.MustCompile("^" + reason + "$").MatchString(got.Reason) {
+		if err != nil || got.State != task.Cancelled || !regexp.MustCompile("^"+reason+"$").MatchString(got.Reason) {
 			t.Fatalf("%s: %+v %v; want cancelled because %q", id, got, err, reason)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/breaker"
@@ -52,6 +53,9 @@ type Config struct {
 	AckWait time.Duration
 	// Topology tunes the streams created at start.
 	Topology topology.Options
+	// Metrics registers the orchestrator's Prometheus metrics (names in
+	// internal/metrics). Default nil: none.
+	Metrics prometheus.Registerer
 	// Logger receives structured logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Now is the clock. Default time.Now.

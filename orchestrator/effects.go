@@ -36,7 +36,11 @@ func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, nex
 	if rev == 0 {
 		ev.From = ""
 	}
-	return o.store.Write(ctx, ev, rev)
+	newRev, err := o.store.Write(ctx, ev, rev)
+	if err == nil {
+		o.metrics.Transitions.WithLabelValues(string(next.State)).Inc()
+	}
+	return newRev, err
 }
 
 // transition reads a task, lets decide choose its next record and the

@@ -301,6 +301,7 @@ func (o *Orchestrator) hold(ctx context.Context, t task.Task, rev uint64, why st
 	if ok, _ := o.gate.check(o.now(), t.Type, retry); ok {
 		return false, nil
 	}
+	o.metrics.Held.Inc()
 	if t.Reason == why {
 		return true, nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -40,6 +41,7 @@ type Orchestrator struct {
 	// control is the AX_CONTROL bucket behind gate.
 	control jetstream.KeyValue
 	gate    *gate
+	metrics *metrics.Orchestrator
 	// runCtx ends at Stop; bg owns background work (watch, breakers, releases).
 	runCtx context.Context
 	bg     sync.WaitGroup
@@ -64,7 +66,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
-	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: cache, gate: newGate(cfg.Breaker),
+	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: cache, gate: newGate(cfg.Breaker), metrics: metrics.NewOrchestrator(cfg.Metrics),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
 }
 

@@ -286,7 +286,6 @@ func (o *Orchestrator) overlapping(ctx context.Context, s *task.Schedule) (bool,
 	return !t.State.Terminal(), nil
 }
 
-
 func laterOf(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a

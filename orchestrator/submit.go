@@ -48,7 +48,9 @@ func (o *Orchestrator) rejectOrRetry(ctx context.Context, rej errRejected, msg j
 	return reject()
 }
 
-func reject(format string, args ...any) error { return errRejected{reason: fmt.Errorf(format, args...)} }
+func reject(format string, args ...any) error {
+	return errRejected{reason: fmt.Errorf(format, args...)}
+}
 
 // handleSubmit creates a task from task.submit.<type>, or a graph of them
 // from task.graph.submit.
@@ -298,6 +300,7 @@ func (o *Orchestrator) reject(ctx context.Context, id string, msg jetstream.Msg,
 		return fmt.Errorf("encode rejection: %w", err)
 	}
 	o.log.Warn().Str("task_id", id).Str("subject", msg.Subject()).Str("reason", r.Reason).Msg("submission rejected")
+	o.metrics.Rejections.Inc()
 	if _, err := o.js.Publish(ctx, subject.Rejected(id, nuid.Next()), data); err != nil {
 		return fmt.Errorf("record rejection: %w", err)
 	}

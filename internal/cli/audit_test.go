@@ -178,11 +178,11 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "no AX tables yet") {
 			t.Fatalf("empty database: %d %s", code, errOut)
 		}
-		if _, err := startMirror(ctx, testenv.Conn(t, url), "nonsense", *testenv.Logger(t)); err == nil ||
+		if _, err := startMirror(ctx, testenv.Conn(t, url), "nonsense", *testenv.Logger(t), nil); err == nil ||
 			!strings.Contains(err.Error(), "parse MySQL DSN") {
 			t.Fatalf("startMirror with a bad DSN: %v", err)
 		}
-		stop, err := startMirror(ctx, testenv.Conn(t, url), dsn, *testenv.Logger(t))
+		stop, err := startMirror(ctx, testenv.Conn(t, url), dsn, *testenv.Logger(t), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

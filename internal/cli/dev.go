@@ -102,7 +102,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	}
 	defer stopWithin(10*time.Second, orch.Stop)
 	if dsn != "" {
-		stopMirror, err := startMirror(ctx, onc, dsn, log)
+		stopMirror, err := startMirror(ctx, onc, dsn, log, nil)
 		if err != nil {
 			return err
 		}

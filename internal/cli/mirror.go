@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -35,6 +36,7 @@ type mirrorFlags struct {
 
 func mirrorCmd(g *globals) *cobra.Command {
 	var f mirrorFlags
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "mirror",
 		Short: "Mirror task histories into MySQL for SQL audit queries (several may run at once)",
@@ -64,6 +66,12 @@ running. See docs/mysql-mirror.md.`,
 				_ = m.Stop(context.Background())
 				return err
 			}
+			reg, err := serveMetrics(ctx, metricsAddr)
+			if err != nil {
+				_ = m.Stop(context.Background())
+				return err
+			}
+			exportMirrorLag(ctx, m, reg)
 			log.Info().Str("nats", g.natsURL).Msg("mirror running; Ctrl-C to stop")
 			<-ctx.Done()
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -79,6 +87,7 @@ running. See docs/mysql-mirror.md.`,
 	fl.DurationVar(&f.cfg.RetentionInterval, "retention-interval", mirror.DefaultRetentionInterval, "how often retention runs")
 	fl.DurationVar(&f.cfg.LagInterval, "lag-interval", mirror.DefaultLagInterval, "how often the lag is checked (and logged when it grows)")
 	fl.Uint64Var(&f.cfg.LagWarnEvents, "lag-warn", mirror.DefaultLagWarnEvents, "pending events from which a growing lag is a warning")
+	addMetricsFlag(cmd, &metricsAddr)
 	cmd.AddCommand(mirrorLagCmd(g))
 	return cmd
 }
@@ -123,7 +132,7 @@ func mirrorLagCmd(g *globals) *cobra.Command {
 // --mysql-dsn, ax dev). It returns once the mirror is running; an unreachable
 // MySQL is not an error (the mirror retries in the background), bad
 // credentials, missing privileges or a newer schema are. stop is idempotent.
-func startMirror(ctx context.Context, nc *nats.Conn, dsn string, log zerolog.Logger) (stop func(context.Context) error, err error) {
+func startMirror(ctx context.Context, nc *nats.Conn, dsn string, log zerolog.Logger, reg *prometheus.Registry) (stop func(context.Context) error, err error) {
 	m, err := mirror.NewFromDSN(nc, dsn, mirror.Config{Logger: &log})
 	if err != nil {
 		return nil, err
@@ -132,5 +141,6 @@ func startMirror(ctx context.Context, nc *nats.Conn, dsn string, log zerolog.Log
 		_ = m.Stop(context.Background())
 		return nil, err
 	}
+	exportMirrorLag(ctx, m, reg)
 	return m.Stop, nil
 }

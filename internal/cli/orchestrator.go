@@ -14,7 +14,7 @@ import (
 
 func orchestratorCmd(g *globals) *cobra.Command {
 	var cfg orchestrator.Config
-	var dsn string
+	var dsn, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "orchestrator",
 		Short: "Run an orchestrator against a NATS server (several may run at once)",
@@ -27,6 +27,11 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer nc.Close()
 			cfg.Logger = &log
+			reg, err := serveMetrics(cmd.Context(), metricsAddr)
+			if err != nil {
+				return err
+			}
+			cfg.Metrics = registerer(reg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
 				return err
@@ -38,7 +43,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if dsn := mysqlDSNOrEnv(dsn); dsn != "" {
-				stopMirror, err := startMirror(ctx, nc, dsn, log)
+				stopMirror, err := startMirror(ctx, nc, dsn, log, reg)
 				if err != nil {
 					_ = o.Stop(stopCtx)
 					return err
@@ -51,6 +56,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 		},
 	}
 	addOrchestratorFlags(cmd, &cfg)
+	addMetricsFlag(cmd, &metricsAddr)
 	cmd.Flags().StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror in this process (default: env "+envMySQLDSN+")")
 	return cmd
 }

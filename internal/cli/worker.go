@@ -13,6 +13,7 @@ import (
 func workerCmd(g *globals) *cobra.Command {
 	var cfg executor.Config
 	var drain time.Duration
+	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run an executor with the demo handlers (demo.noop, demo.sleep, demo.flaky, demo.fail)",
@@ -28,6 +29,11 @@ and for the end-to-end tests.`,
 			}
 			defer nc.Close()
 			cfg.Logger = &log
+			reg, err := serveMetrics(cmd.Context(), metricsAddr)
+			if err != nil {
+				return err
+			}
+			cfg.Metrics = registerer(reg)
 			ex, err := executor.New(nc, cfg)
 			if err != nil {
 				return err
@@ -45,6 +51,7 @@ and for the end-to-end tests.`,
 	}
 	addExecutorFlags(cmd, &cfg)
 	cmd.Flags().DurationVar(&drain, "drain", 30*time.Second, "how long Stop waits for running handlers")
+	addMetricsFlag(cmd, &metricsAddr)
 	return cmd
 }
 

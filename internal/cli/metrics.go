@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/internal/metrics"
+	"github.com/ax-run/ax/internal/mirror"
+)
+
+// addMetricsFlag adds --metrics-addr to a command.
+func addMetricsFlag(cmd *cobra.Command, addr *string) {
+	cmd.Flags().StringVar(addr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics (e.g. :9464; default off)")
+}
+
+// serveMetrics starts the metrics endpoint when addr is set and returns the
+// registry to register on (nil when off).
+func serveMetrics(ctx context.Context, addr string) (*prometheus.Registry, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := metrics.Serve(ctx, addr, reg); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// registerer turns a possibly nil registry into a possibly nil Registerer
+// (a nil *Registry in the interface would not be nil).
+func registerer(reg *prometheus.Registry) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return reg
+}
+
+// exportMirrorLag samples a mirror's lag into its gauges until ctx ends.
+func exportMirrorLag(ctx context.Context, m *mirror.Mirror, reg *prometheus.Registry) {
+	if reg == nil {
+		return
+	}
+	g := metrics.NewMirror(reg)
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			if lag, err := m.Lag(ctx); err == nil {
+				g.LagSeconds.Set(lag.Age.Seconds())
+				g.Pending.Set(float64(lag.Pending) + float64(lag.InFlight))
+				g.Written.Set(float64(lag.Written))
+				down := 0.0
+				if !lag.DBDownSince.IsZero() {
+					down = 1
+				}
+				g.DBDown.Set(down)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}

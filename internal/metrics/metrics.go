@@ -1,0 +1,126 @@
+// Package metrics defines every Prometheus metric AX exports, with its name
+// and labels, and serves them. The orchestrator, executor and mirror take a
+// prometheus.Registerer (nil: no metrics); the sdk pulls in no metrics
+// backend.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Orchestrator metrics.
+type Orchestrator struct {
+	// Transitions counts state changes written, by target state.
+	Transitions *prometheus.CounterVec
+	// Rejections counts refused submissions.
+	Rejections prometheus.Counter
+	// Held counts dispatches held back by a pause or an open breaker.
+	Held prometheus.Counter
+}
+
+// NewOrchestrator registers the orchestrator's metrics on reg (nil: unregistered).
+func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
+	m := &Orchestrator{
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_transitions_total",
+			Help: "Task state changes written by this orchestrator, by target state."}, []string{"to"}),
+		Rejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_submissions_rejected_total",
+			Help: "Submissions refused (see ax rejected)."}),
+		Held: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatches_held_total",
+			Help: "Dispatches held back by a pause or an open circuit breaker."}),
+	}
+	register(reg, m.Transitions, m.Rejections, m.Held)
+	return m
+}
+
+// Executor metrics.
+type Executor struct {
+	// InFlightCost is the summed estimated cost of running tasks.
+	InFlightCost prometheus.Gauge
+	// Attempts counts finished attempts by outcome (succeeded, failed).
+	Attempts *prometheus.CounterVec
+	// Duration observes handler run times.
+	Duration prometheus.Histogram
+}
+
+// NewExecutor registers an executor's metrics on reg (nil: unregistered).
+func NewExecutor(reg prometheus.Registerer) *Executor {
+	m := &Executor{
+		InFlightCost: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_executor_in_flight_cost",
+			Help: "Summed estimated_cost of the tasks this executor runs now."}),
+		Attempts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_executor_attempts_total",
+			Help: "Attempts this executor finished, by outcome."}, []string{"outcome"}),
+		Duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ax_executor_handler_seconds",
+			Help: "Handler run time.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
+	}
+	register(reg, m.InFlightCost, m.Attempts, m.Duration)
+	return m
+}
+
+// Mirror metrics.
+type Mirror struct {
+	// LagSeconds is the age of the oldest event not yet mirrored (0: caught up).
+	LagSeconds prometheus.Gauge
+	// Pending is the number of events not yet mirrored.
+	Pending prometheus.Gauge
+	// Written counts events this process wrote to MySQL.
+	Written prometheus.Gauge
+	// DBDown is 1 while writes to MySQL fail.
+	DBDown prometheus.Gauge
+}
+
+// NewMirror registers the mirror's metrics on reg (nil: unregistered).
+func NewMirror(reg prometheus.Registerer) *Mirror {
+	m := &Mirror{
+		LagSeconds: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_mirror_lag_seconds",
+			Help: "Age of the oldest task event not yet written to MySQL (0 when caught up)."}),
+		Pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_mirror_pending_events",
+			Help: "Task events not yet written to MySQL (all mirror processes)."}),
+		Written: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_mirror_written_events",
+			Help: "Task events this mirror process wrote."}),
+		DBDown: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_mirror_db_down",
+			Help: "1 while writes to MySQL fail."}),
+	}
+	register(reg, m.LagSeconds, m.Pending, m.Written, m.DBDown)
+	return m
+}
+
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) {
+	if reg == nil {
+		return
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(fmt.Sprintf("register metric: %v", err)) // a programming error: duplicate names
+			}
+		}
+	}
+}
+
+// Serve serves reg's metrics on addr at /metrics until ctx ends.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() { _ = srv.Serve(ln) }()
+	return nil
+}
