@@ -15,8 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
