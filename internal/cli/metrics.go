@@ -4,13 +4,40 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/mirror"
 )
+
+// daemon is what a long-running command (orchestrator, worker, mirror)
+// starts with: its logger, its NATS connection and, with --metrics-addr,
+// the served metrics registry.
+type daemon struct {
+	log zerolog.Logger
+	nc  *nats.Conn
+	reg *prometheus.Registry
+}
+
+// startDaemon connects and serves metrics; close the connection with stop.
+func (g *globals) startDaemon(ctx context.Context, name, metricsAddr string) (*daemon, error) {
+	d := &daemon{log: g.logger()}
+	var err error
+	if d.nc, err = g.connect(name); err != nil {
+		return nil, err
+	}
+	if d.reg, err = serveMetrics(ctx, metricsAddr); err != nil {
+		d.nc.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *daemon) stop() { d.nc.Close() }
 
 // addMetricsFlag adds --metrics-addr to a command.
 func addMetricsFlag(cmd *cobra.Command, addr *string) {

@@ -50,28 +50,23 @@ running. See docs/mysql-mirror.md.`,
   ax mirror lag`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := g.logger()
-			nc, err := g.connect("ax-mirror")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			f.cfg.Logger = &log
-			m, err := mirror.NewFromDSN(nc, mysqlDSNOrEnv(f.dsn), f.cfg)
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
+			d, err := g.startDaemon(ctx, "ax-mirror", metricsAddr)
+			if err != nil {
+				return err
+			}
+			defer d.stop()
+			log := d.log
+			f.cfg.Logger = &log
+			m, err := mirror.NewFromDSN(d.nc, mysqlDSNOrEnv(f.dsn), f.cfg)
+			if err != nil {
+				return err
+			}
 			if err := m.Start(ctx); err != nil {
 				_ = m.Stop(context.Background())
 				return err
 			}
-			reg, err := serveMetrics(ctx, metricsAddr)
-			if err != nil {
-				_ = m.Stop(context.Background())
-				return err
-			}
-			exportMirrorLag(ctx, m, reg)
+			exportMirrorLag(ctx, m, d.reg)
 			log.Info().Str("nats", g.natsURL).Msg("mirror running; Ctrl-C to stop")
 			<-ctx.Done()
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -20,18 +20,13 @@ func orchestratorCmd(g *globals) *cobra.Command {
 		Short: "Run an orchestrator against a NATS server (several may run at once)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := g.logger()
-			nc, err := g.connect("ax-orchestrator")
+			d, err := g.startDaemon(cmd.Context(), "ax-orchestrator", metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			cfg.Logger = &log
-			reg, err := serveMetrics(cmd.Context(), metricsAddr)
-			if err != nil {
-				return err
-			}
-			cfg.Metrics = registerer(reg)
+			defer d.stop()
+			log, nc, reg := d.log, d.nc, d.reg
+			cfg.Logger, cfg.Metrics = &log, registerer(reg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
 				return err

@@ -22,19 +22,14 @@ package and register their own handlers; this command is for trying AX out
 and for the end-to-end tests.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := g.logger()
-			nc, err := g.connect("ax-worker")
+			d, err := g.startDaemon(cmd.Context(), "ax-worker", metricsAddr)
 			if err != nil {
 				return err
 			}
-			defer nc.Close()
-			cfg.Logger = &log
-			reg, err := serveMetrics(cmd.Context(), metricsAddr)
-			if err != nil {
-				return err
-			}
-			cfg.Metrics = registerer(reg)
-			ex, err := executor.New(nc, cfg)
+			defer d.stop()
+			log := d.log
+			cfg.Logger, cfg.Metrics = &log, registerer(d.reg)
+			ex, err := executor.New(d.nc, cfg)
 			if err != nil {
 				return err
 			}
