@@ -1,0 +1,115 @@
+package consume_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/testenv"
+)
+
+// setup returns a work-queue stream with one message and a consumer on it.
+func setup(t *testing.T, ackWait time.Duration) (jetstream.JetStream, jetstream.Consumer) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 10*time.Second)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "t.1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	return js, cons
+}
+
+func run(t *testing.T, l *consume.Loop) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = l.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+func pending(t *testing.T, cons jetstream.Consumer) (uint64, int) {
+	t.Helper()
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NumPending, info.NumAckPending
+}
+
+func TestFailedMessagesAreRedelivered(t *testing.T) {
+	t.Parallel()
+	_, cons := setup(t, 30*time.Second)
+	var calls atomic.Int32
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Log: zerolog.Nop(), Handle: func(context.Context, jetstream.Msg) error {
+		if calls.Add(1) < 3 {
+			return errors.New("transient")
+		}
+		return nil
+	}})
+	defer stop()
+	testenv.Eventually(t, 10*time.Second, "handled after two failures", func() bool {
+		p, a := pending(t, cons)
+		return calls.Load() == 3 && p == 0 && a == 0
+	})
+	time.Sleep(300 * time.Millisecond)
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("handler called %d times, want 3 (two naks, one ack)", n)
+	}
+}
+
+func TestLongHandlerKeepsItsLease(t *testing.T) {
+	t.Parallel()
+	_, cons := setup(t, time.Second)
+	var calls atomic.Int32
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, AckWait: time.Second, Log: zerolog.Nop(),
+		Handle: func(context.Context, jetstream.Msg) error {
+			calls.Add(1)
+			time.Sleep(3 * time.Second) // three ack waits
+			return nil
+		}})
+	defer stop()
+	testenv.Eventually(t, 10*time.Second, "handled", func() bool {
+		p, a := pending(t, cons)
+		return calls.Load() >= 1 && p == 0 && a == 0
+	})
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("a handler outliving the ack wait was called %d times: its lease was not kept", n)
+	}
+}
+
+func TestStopFinishesMessagesInHand(t *testing.T) {
+	t.Parallel()
+	_, cons := setup(t, 30*time.Second)
+	entered := make(chan struct{})
+	var once sync.Once
+	var finished atomic.Bool
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Log: zerolog.Nop(), Handle: func(context.Context, jetstream.Msg) error {
+		once.Do(func() { close(entered) })
+		time.Sleep(500 * time.Millisecond)
+		finished.Store(true)
+		return nil
+	}})
+	<-entered
+	stop() // returns only once the handler in hand is done and acked
+	if !finished.Load() {
+		t.Fatal("Run returned before the handler in hand finished")
+	}
+	if p, a := pending(t, cons); p != 0 || a != 0 {
+		t.Fatalf("after stop: %d pending, %d unacked; the message in hand was not acked", p, a)
+	}
+}
