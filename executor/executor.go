@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,6 +165,8 @@ func (e *Executor) Stop(ctx context.Context) error {
 		_ = e.cancelSub.Unsubscribe()
 	}
 	e.hardStopFn()
+	// Acks are asynchronous: send them before the caller closes.
+	_ = e.nc.FlushTimeout(5 * time.Second)
 	e.log.Info().Msg("executor stopped")
 	return err
 }

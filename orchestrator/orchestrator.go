@@ -166,6 +166,8 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 	cancel()
 	select {
 	case <-done:
+		// Acks are asynchronous: send them before the caller closes.
+		_ = o.nc.FlushTimeout(5 * time.Second)
 		o.log.Info().Msg("orchestrator stopped")
 		return nil
 	case <-ctx.Done():
