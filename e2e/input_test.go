@@ -180,15 +180,7 @@ func TestMalformedInput(t *testing.T) {
 		{subject.StreamTimers, subject.ConsumerTimers},
 		{subject.StreamCommands, subject.ConsumerCommands},
 	} {
-		eventually(t, 30*time.Second, "consumer "+cons.name+" to ack everything", func() (bool, string) {
-			info, err := js.Consumer(ctx, cons.stream, cons.name)
-			if err != nil {
-				return false, err.Error()
-			}
-			return info.CachedInfo().NumPending == 0 && info.CachedInfo().NumAckPending == 0,
-				fmt.Sprintf("%d pending, %d unacked, %d redelivered", info.CachedInfo().NumPending,
-					info.CachedInfo().NumAckPending, info.CachedInfo().NumRedelivered)
-		})
+		waitDrained(t, ctx, js, cons.stream, cons.name, 30*time.Second, "consumer "+cons.name+" to ack everything")
 	}
 
 	// A valid task still runs.
@@ -244,15 +236,7 @@ func TestMalformedCommands(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 5*time.Second, "every command to be acknowledged", func() (bool, string) {
-		info, err := js.Consumer(ctx, subject.StreamCommands, subject.ConsumerCommands)
-		if err != nil {
-			return false, err.Error()
-		}
-		ci := info.CachedInfo()
-		return ci.NumPending == 0 && ci.NumAckPending == 0,
-			fmt.Sprintf("%d pending, %d unacked, %d redelivered", ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
-	})
+	waitDrained(t, ctx, js, subject.StreamCommands, subject.ConsumerCommands, 5*time.Second, "every command to be acknowledged")
 	if !orch.alive() {
 		t.Fatalf("the orchestrator died: %v", orch.cur.err)
 	}
@@ -286,23 +270,8 @@ func TestMalformedDispatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := js.Consumer(ctx, subject.StreamReady, subject.ReadyConsumer(task.DefaultCapability, 2))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ci := info.CachedInfo()
-		if ci.NumPending == 0 && ci.NumAckPending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("garbage dispatches still unacked after 10s (%d unacked, %d redelivered): a worker retries them forever",
-				ci.NumAckPending, ci.NumRedelivered)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitDrained(t, ctx, js, subject.StreamReady, subject.ReadyConsumer(task.DefaultCapability, 2), 10*time.Second,
+		"the garbage dispatches to be dropped (a worker that retries them forever never drains)")
 	for _, id := range []string{"ghost-1", "ghost-2", "ghost-3"} {
 		if got, err := cl.Get(ctx, id); !errors.Is(err, sdk.ErrNotFound) {
 			h, _ := cl.History(ctx, id)
@@ -422,23 +391,8 @@ func TestGraphAllOrNothing(t *testing.T) {
 		{subject.StreamSubmit, subject.ConsumerSubmit},
 		{subject.StreamCompleted, subject.ConsumerCompleted},
 	} {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			info, err := js.Consumer(ctx, cons.stream, cons.name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ci := info.CachedInfo()
-			if ci.NumPending == 0 && ci.NumAckPending == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("consumer %s: %d messages unacked (%d redelivered) 5s later: the orchestrator keeps failing on them",
-					cons.name, ci.NumAckPending, ci.NumRedelivered)
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		waitDrained(t, ctx, js, cons.stream, cons.name, 5*time.Second,
+			"consumer "+cons.name+" to drain (an orchestrator failing on a message never drains)")
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/sdk"
@@ -375,6 +376,21 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 		time.Sleep(interval)
 		interval = min(2*interval, 500*time.Millisecond)
 	}
+}
+
+// waitDrained waits until a durable consumer has nothing pending and nothing
+// unacknowledged: every message was handled and acknowledged.
+func waitDrained(t *testing.T, ctx context.Context, js jetstream.JetStream, stream, consumer string, timeout time.Duration, what string) {
+	t.Helper()
+	eventually(t, timeout, what, func() (bool, string) {
+		info, err := js.Consumer(ctx, stream, consumer)
+		if err != nil {
+			return false, err.Error()
+		}
+		ci := info.CachedInfo()
+		return ci.NumPending == 0 && ci.NumAckPending == 0,
+			fmt.Sprintf("%d pending, %d unacked, %d redelivered", ci.NumPending, ci.NumAckPending, ci.NumRedelivered)
+	})
 }
 
 // retryOp runs op until it succeeds or timeout passes (for client calls
