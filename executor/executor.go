@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -26,6 +27,10 @@ type Executor struct {
 	js    jetstream.JetStream
 	log   zerolog.Logger
 	store *store.Store
+	// fanin reads shards' outcomes for aggregators; objects holds plans
+	// and large results.
+	fanin   *fanin.Markers
+	objects jetstream.ObjectStore
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
@@ -107,6 +112,12 @@ func (e *Executor) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: %w", err)
 	}
 	e.store = st
+	if e.fanin, err = fanin.New(ctx, e.js); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	if e.objects, err = e.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
+		return fmt.Errorf("executor: bind %s: %w", subject.BucketObjects, err)
+	}
 	var pullers []*puller
 	for _, capability := range e.cfg.Capabilities {
 		p, err := e.newPuller(ctx, capability)

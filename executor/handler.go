@@ -19,6 +19,11 @@ type Job struct {
 	MaxRetries    int
 	ExecutionID   string
 	EstimatedCost float64
+	// Phase is a shardable task's step: "plan" or "aggregate" ("" otherwise).
+	Phase string
+	// Parent and ShardIndex identify a shard of a sharded task.
+	Parent     string
+	ShardIndex int
 }
 
 // Handler runs jobs of one task type. The context carries the task's

@@ -101,13 +101,14 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 
 	stopBeat := e.heartbeat(msg)
 	var result any
+	var plan *task.PlanRef
 	var herr error
 	if t.Takeovers > e.cfg.MaxTakeovers {
 		// Its executors keep dying while running it: do not run it again
 		// here; fail the attempt so backoff and the dead-letter queue apply.
 		herr = fmt.Errorf("its executor was lost %d times in a row while running it (a crash loop?); not run again", t.Takeovers)
 	} else {
-		result, herr = e.call(hctx, t)
+		result, plan, herr = e.call(hctx, t)
 	}
 	finished := e.cfg.Now().UTC()
 	// The lease is held until the report is published and acknowledged.
@@ -135,6 +136,11 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		DispatchRevision: claimedFrom, ClaimRevision: claimRev}
 	if herr == nil {
 		r.Result, herr = encodeResult(result)
+		r.Plan = plan
+	}
+	if herr == nil && len(r.Result) > task.InlineResultLimit {
+		r.ResultObject, herr = e.storeLargeResult(hctx, t, r.Result)
+		r.Result = nil
 	}
 	if herr != nil {
 		r.Status, r.Error = task.OutcomeFailed, herr.Error()
@@ -198,11 +204,12 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 	return cur, 0, 0, false, fmt.Errorf("claim %s: too many concurrent changes", d.ID)
 }
 
-// call runs the handler, turning a panic into an error.
-func (e *Executor) call(ctx context.Context, t task.Task) (result any, err error) {
+// call runs the handler (or a shardable task's planner or aggregator),
+// turning a panic into an error.
+func (e *Executor) call(ctx context.Context, t task.Task) (result any, plan *task.PlanRef, err error) {
 	h := e.handler(t.Type)
 	if h == nil {
-		return nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
+		return nil, nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -210,8 +217,16 @@ func (e *Executor) call(ctx context.Context, t task.Task) (result any, err error
 		}
 	}()
 	job := &Job{ID: t.ID, Type: t.Type, Payload: t.Payload, Priority: t.Priority, Capability: t.Capability,
-		Attempt: t.Attempt, MaxRetries: t.MaxRetries, ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost}
-	return h.Handle(ctx, job)
+		Attempt: t.Attempt, MaxRetries: t.MaxRetries, ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost,
+		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex}
+	if t.Shardable {
+		if job.Phase == "" {
+			job.Phase = task.PhasePlan
+		}
+		return e.callSharded(ctx, h, t, job)
+	}
+	result, err = h.Handle(ctx, job)
+	return result, nil, err
 }
 
 func encodeResult(v any) (json.RawMessage, error) {

@@ -107,6 +107,12 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 		if t.State != task.Failed {
 			return nil, "", fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
 		}
+		switch {
+		case t.IsShard():
+			return nil, "", fmt.Errorf("%w: task %s is a shard of %s; shards run again only with their parent", errCommand, id, t.Parent)
+		case t.Phase == task.PhaseShards:
+			return nil, "", fmt.Errorf("%w: task %s failed in its shard phase (%s); submit it again under a new id to re-plan", errCommand, id, t.Reason)
+		}
 		next := o.readyNext(t, 1)
 		next.Errors = nil
 		next.Result = nil

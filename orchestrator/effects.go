@@ -85,9 +85,18 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 		if err := o.disarmTimers(ctx, t); err != nil {
 			return err
 		}
+		if err := o.endedFanIn(ctx, t); err != nil {
+			return err
+		}
 	}
 	switch t.State {
 	case task.Waiting:
+		switch {
+		case t.Phase == task.PhaseShards:
+			return o.ensureShards(ctx, t)
+		case t.Parked:
+			return o.checkSlot(ctx, t)
+		}
 		if t.StartAt != nil && t.StartAt.After(o.now()) {
 			if err := o.armTimer(ctx, subject.TimerStart, timerFire{ID: t.ID, At: *t.StartAt}); err != nil {
 				return err
@@ -111,6 +120,26 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 			return fmt.Errorf("signal cancel of %s: %w", t.ID, err)
 		}
 		return o.cancelDependents(ctx, t)
+	}
+	return nil
+}
+
+// endedFanIn is the fan-in side of a task's end: a shard reports to its
+// parent; a sharded parent that did not succeed cancels its unfinished
+// shards; a fan-in waiter's counting consumer is removed.
+func (o *Orchestrator) endedFanIn(ctx context.Context, t task.Task) error {
+	if t.IsShard() {
+		if err := o.shardEnded(ctx, t); err != nil {
+			return err
+		}
+	}
+	if t.Sharding != nil && t.Phase == task.PhaseShards && t.State != task.Succeeded {
+		if err := o.cancelShards(ctx, t); err != nil {
+			return err
+		}
+	}
+	if t.Sharding != nil || len(t.DependsOn) > task.WideFanIn {
+		return o.fanin.Forget(ctx, t.ID)
 	}
 	return nil
 }
@@ -194,6 +223,7 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		allSucceeded := true
 		var blocker string
 		var blockerState task.State
+		var succeeded []string
 		for _, dep := range t.DependsOn {
 			var st task.State
 			var err error
@@ -209,6 +239,7 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 			}
 			switch st {
 			case task.Succeeded:
+				succeeded = append(succeeded, dep)
 			case task.Failed, task.Cancelled, task.Expired:
 				blocker, blockerState = dep, st
 			default:
@@ -243,6 +274,15 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 			if len(t.DependsOn) == 0 {
 				reason = "start time reached"
 			}
+		case register && len(t.DependsOn) > task.WideFanIn:
+			// A wide fan-in counts its succeeded upstreams with markers;
+			// those that succeeded before it registered are marked here.
+			all, err := o.countUpstreams(ctx, t, succeeded...)
+			if err != nil || !all {
+				return err
+			}
+			register = false
+			continue // all counted: confirm by reading them once
 		default:
 			return nil
 		}
@@ -266,6 +306,18 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		register = false
 	}
 	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
+}
+
+// countUpstreams marks upstreams of a wide fan-in waiter as succeeded and
+// reports whether all its upstreams are now counted.
+func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, upstreams ...string) (all bool, err error) {
+	for _, up := range upstreams {
+		if err := o.fanin.Mark(ctx, waiter.ID, up, task.MemberOutcome{ID: up, State: task.Succeeded}); err != nil {
+			return false, err
+		}
+	}
+	n, err := o.fanin.Count(ctx, waiter.ID)
+	return n >= len(waiter.DependsOn), err
 }
 
 // registerDependent adds child to up's dependents (once) and returns up's
@@ -308,6 +360,15 @@ func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error
 		}
 		switch child.State {
 		case task.Waiting:
+			if len(child.DependsOn) > task.WideFanIn {
+				// Count instead of re-reading every upstream each time.
+				if all, err := o.countUpstreams(ctx, child, t.ID); err != nil || !all {
+					if err != nil {
+						return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
+					}
+					continue
+				}
+			}
 			if err := o.resolveWaiting(ctx, child, rev, false); err != nil {
 				return err
 			}

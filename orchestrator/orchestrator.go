@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -31,6 +32,10 @@ type Orchestrator struct {
 	js    jetstream.JetStream
 	log   zerolog.Logger
 	store *store.Store
+	// fanin counts how shards and wide fan-in upstreams ended.
+	fanin *fanin.Markers
+	// objects holds shard plans and large results.
+	objects jetstream.ObjectStore
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
 	timers jetstream.Stream
 	// dispatched remembers recent dispatches so a report can be applied
@@ -86,6 +91,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	o.store = st
+	if o.fanin, err = fanin.New(ctx, o.js); err != nil {
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
+		return fmt.Errorf("orchestrator: bind %s: %w", subject.BucketObjects, err)
+	}
 	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
 		return fmt.Errorf("orchestrator: bind timers: %w", err)
 	}
@@ -176,3 +187,15 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 }
 
 func (o *Orchestrator) now() time.Time { return o.cfg.Now().UTC() }
+
+// StoreReads returns how many task records the orchestrator has read since
+// it started (0 before Start): the cost benchmarks and tests watch, e.g.
+// that completing a shard does not read its siblings.
+func (o *Orchestrator) StoreReads() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.store == nil {
+		return 0
+	}
+	return o.store.Reads()
+}

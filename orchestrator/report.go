@@ -91,8 +91,12 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
 	}
+	if r.Status == task.OutcomeSucceeded && t.Shardable && t.Phase != task.PhaseAggregate {
+		return o.planned(t, r)
+	}
 	if r.Status == task.OutcomeSucceeded {
 		t.State = task.Succeeded
+		t.ResultObject = r.ResultObject
 		t.Result = r.Result
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("attempt %d succeeded", t.Attempt)

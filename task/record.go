@@ -43,6 +43,21 @@ type Task struct {
 	// Takeovers counts how often the current attempt was taken over after
 	// its executor stopped heart-beating.
 	Takeovers int `json:"takeovers,omitempty"`
+	// ResultObject names the result in the AX_OBJECTS object store when it
+	// was larger than InlineResultLimit (Result is then empty).
+	ResultObject string `json:"result_object,omitempty"`
+
+	// Phase is a shardable task's step: plan, shards or aggregate.
+	Phase string `json:"phase,omitempty"`
+	// Sharding is a shardable task's plan and fan-out state.
+	Sharding *Sharding `json:"sharding,omitempty"`
+	// Parent is the sharded task a shard belongs to; ShardIndex its place
+	// in the parent's plan.
+	Parent     string `json:"parent,omitempty"`
+	ShardIndex int    `json:"shard_index,omitempty"`
+	// Parked marks a shard waiting for a free slot under its parent's
+	// max_parallel_shards.
+	Parked bool `json:"parked,omitempty"`
 
 	SubmittedAt time.Time  `json:"submitted_at"`
 	ReadyAt     *time.Time `json:"ready_at,omitempty"`
@@ -68,6 +83,8 @@ const (
 	KindTransition EventKind = "transition"
 	// KindDependentAdded records a new dependent; the state does not change.
 	KindDependentAdded EventKind = "dependent_added"
+	// KindShardsRegistered records that every shard of a sharded task exists.
+	KindShardsRegistered EventKind = "shards_registered"
 )
 
 // Event is one entry of a task's history on ax.task.<id>: what happened and
@@ -133,6 +150,11 @@ type Report struct {
 	Permanent bool `json:"permanent,omitempty"`
 	// RetryAfter asks for the next attempt after this delay instead of the backoff.
 	RetryAfter *Duration `json:"retry_after,omitempty"`
+	// ResultObject names a result larger than InlineResultLimit in the
+	// AX_OBJECTS object store (Result is then empty).
+	ResultObject string `json:"result_object,omitempty"`
+	// Plan is a planner's outcome: where its list of shards is stored.
+	Plan *PlanRef `json:"plan,omitempty"`
 }
 
 // DeadLetter is the entry on ax.dlq.<id> for a task that failed for good.

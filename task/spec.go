@@ -68,6 +68,19 @@ type Spec struct {
 	// MaxDispatches bounds dispatches per attempt when DispatchTimeout is
 	// set. Default 3.
 	MaxDispatches int `json:"max_dispatches,omitempty"`
+
+	// Shardable runs the type's planner as the task's first step; the
+	// shards it returns run as child tasks and an optional aggregator runs
+	// over their outcomes (see executor.HandleShards).
+	Shardable bool `json:"shardable,omitempty"`
+	// MaxParallelShards bounds the shards of this task that are released
+	// (ready, running or retrying) at once. 0: no limit.
+	MaxParallelShards int `json:"max_parallel_shards,omitempty"`
+	// MinShardSuccess is the partial-failure policy: 0 fails the task as
+	// soon as one shard does not succeed (cancelling the rest); a fraction
+	// in (0, 1] waits for every shard and aggregates when at least that
+	// fraction succeeded.
+	MinShardSuccess float64 `json:"min_shard_success,omitempty"`
 }
 
 // wireSpec mirrors Spec with pointers so absent fields can be told from zero.
@@ -88,6 +101,10 @@ type wireSpec struct {
 	TTL             Duration   `json:"ttl"`
 	DispatchTimeout Duration   `json:"dispatch_timeout"`
 	MaxDispatches   int        `json:"max_dispatches"`
+
+	Shardable         bool    `json:"shardable"`
+	MaxParallelShards int     `json:"max_parallel_shards"`
+	MinShardSuccess   float64 `json:"min_shard_success"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -109,7 +126,8 @@ func DecodeSpec(data []byte) (Spec, error) {
 func (w wireSpec) spec() Spec {
 	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Capability: w.Capability, DependsOn: w.DependsOn,
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
-		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches}
+		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches,
+		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess}
 	s.Priority = DefaultPriority
 	if w.Priority != nil {
 		s.Priority = *w.Priority
@@ -227,6 +245,9 @@ func (s *Spec) Validate(maxPayload int) error {
 	case s.MaxDispatches < 0 || s.MaxDispatches > 100:
 		return &ValidationError{"max_dispatches", fmt.Sprintf("%d is out of range 0..100", s.MaxDispatches)}
 	}
+	if err := s.validateSharding(); err != nil {
+		return err
+	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
 		return &ValidationError{"payload", "is not valid JSON"}
 	}
@@ -289,4 +310,22 @@ func New(taskType string, payload any) (Spec, error) {
 		s.Payload = b
 	}
 	return s, nil
+}
+
+func (s *Spec) validateSharding() error {
+	switch {
+	case !s.Shardable && s.MaxParallelShards != 0:
+		return &ValidationError{"max_parallel_shards", "is only for shardable tasks"}
+	case !s.Shardable && s.MinShardSuccess != 0:
+		return &ValidationError{"min_shard_success", "is only for shardable tasks"}
+	case !s.Shardable:
+		return nil
+	case len(s.ID) > MaxShardableIDLen:
+		return &ValidationError{"id", fmt.Sprintf("a shardable task's id is limited to %d characters so its shard ids fit", MaxShardableIDLen)}
+	case s.MaxParallelShards < 0 || s.MaxParallelShards > MaxShards:
+		return &ValidationError{"max_parallel_shards", fmt.Sprintf("%d is out of range 0..%d", s.MaxParallelShards, MaxShards)}
+	case !(s.MinShardSuccess >= 0 && s.MinShardSuccess <= 1):
+		return &ValidationError{"min_shard_success", fmt.Sprintf("%v is not a fraction in 0..1", s.MinShardSuccess)}
+	}
+	return nil
 }

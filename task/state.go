@@ -54,9 +54,11 @@ func (s State) Valid() bool {
 // states a task in from may move to. A new task starts in Waiting, Ready or
 // Cancelled (when an upstream dependency already did not succeed).
 var Transitions = map[State][]State{
-	Waiting:   {Ready, Waiting, Cancelled, Expired},
-	Ready:     {Running, Ready, Failed, Cancelled, Expired},
-	Running:   {Succeeded, Retrying, Failed, Running, Cancelled, Expired},
+	// Waiting → Succeeded/Failed: a sharded task's shards ended (no aggregator, or the policy failed it).
+	Waiting: {Ready, Waiting, Succeeded, Failed, Cancelled, Expired},
+	Ready:   {Running, Ready, Failed, Cancelled, Expired},
+	// Running → Waiting: a shardable task's planner succeeded; it waits for its shards.
+	Running:   {Succeeded, Retrying, Failed, Running, Waiting, Cancelled, Expired},
 	Retrying:  {Ready, Retrying, Cancelled, Expired},
 	Failed:    {Ready},
 	Succeeded: nil,

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,7 +35,12 @@ var (
 type Store struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	reads  atomic.Uint64
 }
+
+// Reads returns how many task records this Store has read: benchmarks and
+// tests use it to show how much reading a workload costs.
+func (s *Store) Reads() uint64 { return s.reads.Load() }
 
 // New binds a Store to the AX_TASKS stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
@@ -56,6 +62,7 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, uint64, error) {
 
 // Last returns a task's last event and revision.
 func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error) {
+	s.reads.Add(1)
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {

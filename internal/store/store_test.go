@@ -76,7 +76,7 @@ func TestCompareAndSet(t *testing.T) {
 		t.Fatalf("%d writers won and %d conflicted, want 1 and 15", wins, conflicts)
 	}
 	var bad *task.ErrInvalidTransition
-	if _, err := st.Write(ctx, event(task.Running, task.Waiting), 0); !errors.As(err, &bad) {
+	if _, err := st.Write(ctx, event(task.Succeeded, task.Running), 0); !errors.As(err, &bad) {
 		t.Fatalf("invalid transition accepted: %v", err)
 	}
 	got, last, err := st.Get(ctx, "t1")

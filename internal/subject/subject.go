@@ -4,6 +4,8 @@
 package subject
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,7 +23,12 @@ const (
 	StreamRejected  = "AX_REJECTED"
 	StreamHeld      = "AX_HELD"
 	StreamAudit     = "AX_AUDIT"
+	StreamFanIn     = "AX_FANIN"
 )
+
+// BucketObjects is the object store of planners' shard lists and results
+// larger than task.InlineResultLimit.
+const BucketObjects = "AX_OBJECTS"
 
 // Key-value buckets.
 const (
@@ -96,6 +103,7 @@ const (
 	HeldAll         = "ax.held.>"
 	AuditAll        = "ax.audit.>"
 	CancelSignalAll = "ax.signal.cancel.>"
+	FanInAll        = "ax.fanin.>"
 )
 
 const (
@@ -247,4 +255,29 @@ func ParsePauseScope(id string) (taskType string, ok bool) {
 	}
 	t, ok := strings.CutPrefix(id, "type=")
 	return t, ok && t != ""
+}
+
+const fanInPrefix = "ax.fanin."
+
+// FanIn is the marker recording that member (a shard index or an upstream
+// task id) of waiter (a sharded parent or a wide fan-in task) ended in state.
+func FanIn(waiter, member, state string) string {
+	return fanInPrefix + waiter + "." + member + "." + state
+}
+
+// FanInMember matches member's marker whatever its state.
+func FanInMember(waiter, member string) string { return fanInPrefix + waiter + "." + member + ".*" }
+
+// FanInWaiter matches every marker of waiter.
+func FanInWaiter(waiter string) string { return fanInPrefix + waiter + ".*.*" }
+
+// FanInState matches waiter's markers of one state.
+func FanInState(waiter, state string) string { return fanInPrefix + waiter + ".*." + state }
+
+// FanInConsumer is the durable consumer whose pending count is the number
+// of waiter's members that ended. It is named by a hash of the waiter's id
+// (task ids may hold characters consumer names may not).
+func FanInConsumer(waiter string) string {
+	h := sha256.Sum256([]byte(waiter))
+	return "ax-fanin-" + hex.EncodeToString(h[:16])
 }

@@ -121,6 +121,16 @@ func Streams(o Options) []jetstream.StreamConfig {
 			MaxAge:      90 * 24 * time.Hour,
 		},
 		{
+			Name:        subject.StreamFanIn,
+			Description: "AX fan-in markers: how each shard or wide-fan-in upstream ended, one per member",
+			Subjects:    []string{subject.FanInAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			MaxAge:      o.TaskHistoryMaxAge,
+			AllowDirect: true,
+		},
+		{
 			Name:              subject.StreamRejected,
 			Description:       "AX rejected submissions with their reasons",
 			Subjects:          []string{subject.RejectedAll},
@@ -150,6 +160,18 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 	}
 }
 
+// ObjectStores returns the configuration of every object store AX uses.
+func ObjectStores(o Options) []jetstream.ObjectStoreConfig {
+	r := o.Replicas
+	if r <= 0 {
+		r = 1
+	}
+	return []jetstream.ObjectStoreConfig{
+		{Bucket: subject.BucketObjects, Description: "AX shard plans and large results", Storage: jetstream.FileStorage,
+			Replicas: r, TTL: o.TaskHistoryMaxAge},
+	}
+}
+
 // Ensure creates or updates every stream and bucket. It is safe to call
 // concurrently from several processes.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
@@ -161,6 +183,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Buckets(o) {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	for _, cfg := range ObjectStores(o) {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
+			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil
@@ -179,6 +206,12 @@ func EnsureExists(ctx context.Context, js jetstream.JetStream, o Options) error 
 		_, err := js.CreateKeyValue(ctx, cfg)
 		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	for _, cfg := range ObjectStores(o) {
+		_, err := js.CreateObjectStore(ctx, cfg)
+		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("create object store %s: %w", cfg.Bucket, err)
 		}
 	}
 	return nil

@@ -1,0 +1,176 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/task"
+)
+
+// Shard is one piece of work returned by a planner. Zero fields inherit
+// the parent task's priority and capability; the estimated cost defaults to 1.
+type Shard struct {
+	// Payload is marshalled to JSON (a []byte or json.RawMessage is used as is).
+	Payload       any
+	Priority      *int
+	Capability    string
+	EstimatedCost float64
+}
+
+// Sharded handles a shardable task type (spec shardable: true) as map →
+// shards → reduce:
+//
+//   - Plan runs as the task's first step and returns its shards (any number
+//     up to task.MaxShards, including none). Each becomes a child task
+//     <id>/shard/<n>, retried and audited like any task.
+//   - Shard runs one shard; its Job has Parent and ShardIndex set.
+//   - Aggregate, optional, runs once every shard ended, with their outcomes;
+//     its result is the task's result. Without it the task succeeds with a
+//     task.ShardSummary.
+type Sharded struct {
+	Plan      func(ctx context.Context, job *Job) ([]Shard, error)
+	Shard     HandlerFunc
+	Aggregate func(ctx context.Context, job *Job, shards *ShardOutcomes) (any, error)
+}
+
+// ShardOutcome is how one shard ended, as handed to an aggregator.
+type ShardOutcome struct {
+	Index int
+	ID    string
+	State task.State
+	// Result is the shard's result when it is at most
+	// task.InlineResultLimit bytes; read a larger one with
+	// ShardOutcomes.Result.
+	Result json.RawMessage
+	// ResultObject names a larger result in the AX_OBJECTS object store.
+	ResultObject string
+	// Error says why a shard did not succeed.
+	Error string
+}
+
+// ShardOutcomes are the outcomes of every shard of a task, by index.
+type ShardOutcomes struct {
+	Shards []ShardOutcome
+	// Succeeded counts the shards that succeeded.
+	Succeeded int
+	objects   jetstream.ObjectStore
+}
+
+// Failed returns the shards that did not succeed (failed, cancelled or
+// expired): what an aggregator under a min_shard_success policy reports on.
+func (s *ShardOutcomes) Failed() []ShardOutcome {
+	var out []ShardOutcome
+	for _, o := range s.Shards {
+		if o.State != task.Succeeded {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Result returns shard i's result (i indexes Shards), reading it from the
+// object store when it was too large to keep inline.
+func (s *ShardOutcomes) Result(ctx context.Context, i int) (json.RawMessage, error) {
+	o := s.Shards[i]
+	if o.ResultObject == "" {
+		return o.Result, nil
+	}
+	data, err := s.objects.GetBytes(ctx, o.ResultObject)
+	if err != nil {
+		return nil, fmt.Errorf("read result %s of shard %s: %w", o.ResultObject, o.ID, err)
+	}
+	return data, nil
+}
+
+// HandleShards registers the planner, shard handler and optional
+// aggregator of a shardable task type. It panics if Plan or Shard is nil.
+func (e *Executor) HandleShards(taskType string, s Sharded) {
+	if s.Plan == nil || s.Shard == nil {
+		panic("executor: HandleShards of " + taskType + " needs Plan and Shard")
+	}
+	e.Handle(taskType, &shardedHandler{s})
+}
+
+// shardedHandler runs the shards of a sharded type as its Handler and
+// keeps its planner and aggregator.
+type shardedHandler struct{ Sharded }
+
+func (h *shardedHandler) Handle(ctx context.Context, job *Job) (any, error) { return h.Shard(ctx, job) }
+
+// callSharded runs the step of a shardable task or shard that t is at.
+func (e *Executor) callSharded(ctx context.Context, h Handler, t task.Task, job *Job) (any, *task.PlanRef, error) {
+	sh, ok := h.(*shardedHandler)
+	switch {
+	case !ok:
+		return nil, nil, Permanent(fmt.Errorf("task type %q is shardable, but executor %s registered it with Handle, not HandleShards", t.Type, e.cfg.ID))
+	case t.Phase == task.PhaseAggregate:
+		res, err := e.aggregate(ctx, sh, t, job)
+		return res, nil, err
+	default:
+		return e.plan(ctx, sh, t, job)
+	}
+}
+
+// plan runs the planner and stores its shards in the object store.
+func (e *Executor) plan(ctx context.Context, h *shardedHandler, t task.Task, job *Job) (any, *task.PlanRef, error) {
+	shards, err := h.Plan(ctx, job)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(shards) > task.MaxShards {
+		return nil, nil, Permanent(fmt.Errorf("the planner returned %d shards; the limit is %d", len(shards), task.MaxShards))
+	}
+	plan := task.Plan{Shards: make([]task.ShardSpec, len(shards))}
+	for i, s := range shards {
+		spec := task.ShardSpec{Priority: s.Priority, Capability: s.Capability, EstimatedCost: s.EstimatedCost}
+		if spec.Payload, err = encodeResult(s.Payload); err != nil {
+			return nil, nil, Permanent(fmt.Errorf("shard %d: payload: %w", i, err))
+		}
+		plan.Shards[i] = spec
+	}
+	ref := task.PlanRef{Object: task.PlanObject(t.ID, t.ExecutionID), Shards: len(shards), Aggregate: h.Aggregate != nil}
+	if err := plan.Validate(ref); err != nil {
+		return nil, nil, Permanent(fmt.Errorf("the planner's result is invalid: %w", err))
+	}
+	data, err := json.Marshal(plan)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode plan: %w", err)
+	}
+	if _, err := e.objects.PutBytes(ctx, ref.Object, data); err != nil {
+		return nil, nil, fmt.Errorf("store plan %s: %w", ref.Object, err)
+	}
+	return nil, &ref, nil
+}
+
+// aggregate reads the shards' outcomes once and runs the aggregator.
+func (e *Executor) aggregate(ctx context.Context, h *shardedHandler, t task.Task, job *Job) (any, error) {
+	if h.Aggregate == nil {
+		return nil, errors.New("no aggregator registered for this type on this executor")
+	}
+	markers, err := e.fanin.Outcomes(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	outs := &ShardOutcomes{Shards: make([]ShardOutcome, len(markers)), objects: e.objects}
+	for i, m := range markers {
+		outs.Shards[i] = ShardOutcome{Index: m.Index, ID: m.ID, State: m.State, Result: m.Result, ResultObject: m.ResultObject, Error: m.Error}
+		if m.State == task.Succeeded {
+			outs.Succeeded++
+		}
+	}
+	return h.Aggregate(ctx, job, outs)
+}
+
+// storeLargeResult moves a result over task.InlineResultLimit into the
+// object store and returns its name.
+func (e *Executor) storeLargeResult(ctx context.Context, t task.Task, result json.RawMessage) (string, error) {
+	name := task.ResultObjectName(t.ID, t.ExecutionID)
+	if _, err := e.objects.PutBytes(ctx, name, result); err != nil {
+		return "", fmt.Errorf("store result (%d bytes) as %s: %w", len(result), name, err)
+	}
+	return name, nil
+}

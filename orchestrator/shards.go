@@ -1,0 +1,321 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// shardWorkers bounds the concurrent writes while registering or
+// cancelling the shards of one parent.
+const shardWorkers = 32
+
+// A sharded task moves through three phases:
+//
+//	running (plan) → waiting (shards) → ready/running (aggregate) → succeeded…
+//
+// Its planner's report moves it to waiting with the plan's reference. The
+// effects of that state register the shards idempotently (each shard is a
+// compare-and-set creation of <parent>/shard/<n>), then mark the parent
+// registered. Each shard that ends writes one fan-in marker and asks the
+// parent's counting consumer how many ended (internal/fanin): the shard
+// that completes the set moves the parent on. A parent that ends any other
+// way cancels its unfinished shards.
+
+// planned returns the parent's record after its planner succeeded.
+func (o *Orchestrator) planned(t task.Task, r task.Report) (task.Task, string) {
+	now := o.now()
+	switch {
+	case r.Plan == nil:
+		return o.plannerFailed(t, r, "the planner reported no plan (is the type registered with executor.HandleShards on "+r.Executor+"?)")
+	case r.Plan.Shards < 0 || r.Plan.Shards > task.MaxShards:
+		return o.plannerFailed(t, r, fmt.Sprintf("the planner returned %d shards; the limit is %d", r.Plan.Shards, task.MaxShards))
+	}
+	t.State = task.Waiting
+	t.Phase = task.PhaseShards
+	t.Sharding = &task.Sharding{PlanRef: *r.Plan}
+	t.UpdatedAt = now
+	return t, fmt.Sprintf("attempt %d planned %d shards", t.Attempt, r.Plan.Shards)
+}
+
+// plannerFailed fails a shardable task whose planner's outcome is unusable.
+func (o *Orchestrator) plannerFailed(t task.Task, r task.Report, why string) (task.Task, string) {
+	now := o.now()
+	t.Errors = append(t.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: why, At: now})
+	t.State = task.Failed
+	t.FinishedAt = &now
+	return t, "plan rejected: " + why
+}
+
+// ensureShards registers a planned parent's shards unless done, then
+// checks whether they all ended already.
+func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error {
+	if !parent.Sharding.Registered {
+		if ok, err := o.registerShards(ctx, parent); !ok || err != nil {
+			return err
+		}
+		cur, err := o.markRegistered(ctx, parent.ID)
+		if err != nil {
+			return err
+		}
+		if cur.State.Terminal() && cur.State != task.Succeeded {
+			// It ended while its shards were being created: cancel any
+			// created after its cancellation swept past them.
+			return o.cancelShards(ctx, cur)
+		}
+	}
+	return o.checkFanIn(ctx, parent.ID)
+}
+
+// registerShards creates every shard of the parent's plan; existing ones
+// (a replay after a crash) have the effects of their state ensured. A plan
+// that cannot be used fails the parent (ok false).
+func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok bool, err error) {
+	data, err := o.objects.GetBytes(ctx, parent.Sharding.Object)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return false, o.failParent(ctx, parent.ID, fmt.Sprintf("its plan %s is missing from %s", parent.Sharding.Object, subject.BucketObjects))
+	}
+	if err != nil {
+		return false, fmt.Errorf("read plan %s of %s: %w", parent.Sharding.Object, parent.ID, err)
+	}
+	var plan task.Plan
+	if err := json.Unmarshal(data, &plan); err != nil {
+		return false, o.failParent(ctx, parent.ID, fmt.Sprintf("its plan %s is not valid JSON: %v", parent.Sharding.Object, err))
+	}
+	if err := plan.Validate(parent.Sharding.PlanRef); err != nil {
+		return false, o.failParent(ctx, parent.ID, "its plan is invalid: "+err.Error())
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardWorkers)
+	for n, s := range plan.Shards {
+		g.Go(func() error { return o.createShard(gctx, parent, n, s) })
+	}
+	if err := g.Wait(); err != nil {
+		return false, fmt.Errorf("register shards of %s: %w", parent.ID, err)
+	}
+	o.log.Debug().Str("task_id", parent.ID).Int("shards", len(plan.Shards)).Msg("shards registered")
+	return true, nil
+}
+
+// createShard creates shard n of parent, or ensures the effects of its
+// state if it exists.
+func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int, s task.ShardSpec) error {
+	spec := task.Spec{ID: task.ShardID(parent.ID, n), Type: parent.Type, Payload: s.Payload,
+		Priority: parent.Priority, Capability: parent.Capability, MaxRetries: parent.MaxRetries,
+		Timeout: parent.Timeout, EstimatedCost: task.DefaultEstimatedCost,
+		DispatchTimeout: parent.DispatchTimeout, MaxDispatches: parent.MaxDispatches}
+	if s.Priority != nil {
+		spec.Priority = *s.Priority
+	}
+	if s.Capability != "" {
+		spec.Capability = s.Capability
+	}
+	if s.EstimatedCost > 0 {
+		spec.EstimatedCost = s.EstimatedCost
+	}
+	t := task.Task{Spec: spec, SubmittedAt: o.now(), Parent: parent.ID, ShardIndex: n}
+	reason := fmt.Sprintf("shard %d of %s", n, parent.ID)
+	open, _ := o.gate.check(o.now(), spec.Type, false)
+	switch {
+	case parent.MaxParallelShards > 0 && n >= parent.MaxParallelShards:
+		t.State, t.Parked = task.Waiting, true
+		reason += fmt.Sprintf("; waits for a free slot (max_parallel_shards %d)", parent.MaxParallelShards)
+	case open:
+		t = o.readyNext(t, 1)
+	default:
+		t.State = task.Waiting // its effects hold it
+	}
+	rev, err := o.write(ctx, task.Task{}, 0, &t, reason)
+	if errors.Is(err, store.ErrConflict) {
+		t, rev, err = o.store.Get(ctx, spec.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("create shard %s: %w", spec.ID, err)
+	}
+	return o.ensureEffects(ctx, t, rev)
+}
+
+// markRegistered records that every shard of a parent exists and returns
+// the parent's record.
+func (o *Orchestrator) markRegistered(ctx context.Context, id string) (task.Task, error) {
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, id)
+		if err != nil {
+			return t, err
+		}
+		if t.State != task.Waiting || t.Phase != task.PhaseShards || t.Sharding.Registered {
+			return t, nil
+		}
+		sh := *t.Sharding
+		sh.Registered = true
+		t.Sharding = &sh
+		t.UpdatedAt = o.now()
+		ev := task.Event{Kind: task.KindShardsRegistered, From: t.State, To: t.State, At: t.UpdatedAt,
+			Actor: o.cfg.NodeID, Reason: fmt.Sprintf("%d shards registered", sh.Shards), Task: t}
+		if _, err = o.store.Write(ctx, ev, rev); err == nil {
+			return t, nil
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return t, err
+		}
+	}
+	return task.Task{}, fmt.Errorf("mark shards of %s registered: too many concurrent changes", id)
+}
+
+// shardEnded is the effect of a shard reaching a final state: its fan-in
+// marker, the release of the next parked shard, and the parent's progress.
+func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
+	out := task.MemberOutcome{Index: t.ShardIndex, ID: t.ID, State: t.State, Result: t.Result, ResultObject: t.ResultObject}
+	if t.State != task.Succeeded {
+		out.Error = t.Reason
+		if n := len(t.Errors); n > 0 && t.State == task.Failed {
+			out.Error = t.Errors[n-1].Error
+		}
+	}
+	if err := o.fanin.Mark(ctx, t.Parent, strconv.Itoa(t.ShardIndex), out); err != nil {
+		return err
+	}
+	parent, _, err := o.store.Get(ctx, t.Parent)
+	if err != nil {
+		return fmt.Errorf("shard %s: parent: %w", t.ID, err)
+	}
+	if parent.State != task.Waiting || parent.Phase != task.PhaseShards {
+		return nil
+	}
+	if l := parent.MaxParallelShards; l > 0 && t.ShardIndex+l < parent.Sharding.Shards {
+		if err := o.releaseSlot(ctx, task.ShardID(parent.ID, t.ShardIndex+l)); err != nil {
+			return err
+		}
+	}
+	if t.State != task.Succeeded && parent.MinShardSuccess == 0 {
+		return o.failParent(ctx, parent.ID, fmt.Sprintf("shard %s is %s: %s", t.ID, t.State, out.Error))
+	}
+	return o.checkFanIn(ctx, parent.ID)
+}
+
+// checkSlot is the effect of a parked shard: it is released if the shard
+// whose slot it waits for (index - max_parallel_shards) already ended. With
+// shardEnded, which marks before it releases, one of the two always sees
+// the other.
+func (o *Orchestrator) checkSlot(ctx context.Context, t task.Task) error {
+	parent, _, err := o.store.Get(ctx, t.Parent)
+	if err != nil {
+		return fmt.Errorf("shard %s: parent: %w", t.ID, err)
+	}
+	if parent.State != task.Waiting || parent.Phase != task.PhaseShards || parent.MaxParallelShards <= 0 {
+		return nil
+	}
+	ended, err := o.fanin.Ended(ctx, parent.ID, strconv.Itoa(t.ShardIndex-parent.MaxParallelShards))
+	if err != nil || !ended {
+		return err
+	}
+	return o.releaseSlot(ctx, t.ID)
+}
+
+// releaseSlot un-parks a shard; its effects then make it ready.
+func (o *Orchestrator) releaseSlot(ctx context.Context, id string) error {
+	_, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
+		if t.State != task.Waiting || !t.Parked {
+			return nil, "", nil
+		}
+		t.Parked = false
+		return &t, "a shard slot is free", nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // not registered yet: its registration checks the slot
+	}
+	return err
+}
+
+// checkFanIn moves a parent on once every shard ended: to its aggregator,
+// or straight to succeeded without one, or to failed when too few shards
+// succeeded.
+func (o *Orchestrator) checkFanIn(ctx context.Context, id string) error {
+	parent, _, err := o.store.Get(ctx, id)
+	if err != nil || parent.State != task.Waiting || parent.Phase != task.PhaseShards {
+		return err
+	}
+	done, err := o.fanin.Count(ctx, id)
+	if err != nil || done < parent.Sharding.Shards {
+		return err
+	}
+	succeeded, err := o.fanin.CountState(ctx, id, task.Succeeded)
+	if err != nil {
+		return err
+	}
+	total := parent.Sharding.Shards
+	_, err = o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
+		if t.State != task.Waiting || t.Phase != task.PhaseShards {
+			return nil, "", nil
+		}
+		summary := fmt.Sprintf("%d of %d shards succeeded", succeeded, total)
+		switch {
+		case succeeded < total && (t.MinShardSuccess == 0 || float64(succeeded) < t.MinShardSuccess*float64(total)):
+			return o.failedWith(t, summary+fmt.Sprintf(", below min_shard_success %v", t.MinShardSuccess)), summary + "; too few", nil
+		case t.Sharding.Aggregate:
+			next := o.readyNext(t, 1)
+			next.Phase = task.PhaseAggregate
+			next.Errors = nil
+			return &next, summary + "; aggregating", nil
+		default:
+			next := o.finished(t, task.Succeeded)
+			next.Result, _ = json.Marshal(task.ShardSummary{Shards: total, Succeeded: succeeded, NotOK: total - succeeded})
+			return next, summary, nil
+		}
+	})
+	return err
+}
+
+// failParent fails a parent still in its shard phase.
+func (o *Orchestrator) failParent(ctx context.Context, id, why string) error {
+	_, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
+		if t.State != task.Waiting || t.Phase != task.PhaseShards {
+			return nil, "", nil
+		}
+		return o.failedWith(t, why), why, nil
+	})
+	return err
+}
+
+// failedWith returns t failed for a reason that is not an attempt's error.
+func (o *Orchestrator) failedWith(t task.Task, why string) *task.Task {
+	next := o.finished(t, task.Failed)
+	next.Errors = append(slices.Clone(t.Errors), task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: why, At: *next.FinishedAt})
+	return next
+}
+
+// cancelShards cancels every unfinished shard of a parent that ended
+// without its shards (cancelled, expired, failed fast).
+func (o *Orchestrator) cancelShards(ctx context.Context, parent task.Task) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(shardWorkers)
+	reason := fmt.Sprintf("parent %s is %s", parent.ID, parent.State)
+	for n := range parent.Sharding.Shards {
+		g.Go(func() error {
+			_, err := o.transition(gctx, task.ShardID(parent.ID, n), func(t task.Task, _ uint64) (*task.Task, string, error) {
+				if t.State.Terminal() {
+					return nil, "", nil
+				}
+				return o.finished(t, task.Cancelled), reason, nil
+			})
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("cancel shards of %s: %w", parent.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// Limits of dynamic sharding.
+const (
+	// MaxShards bounds the shards one planner may return.
+	MaxShards = 100_000
+	// MaxShardableIDLen bounds a shardable task's id so its shard ids
+	// (<id>/shard/<n>) stay within the 128-character id limit.
+	MaxShardableIDLen = 100
+	// InlineResultLimit is the largest result kept inside task records and
+	// fan-in markers; a larger one is stored in the AX_OBJECTS object store
+	// and referenced by result_object.
+	InlineResultLimit = 16 << 10
+	// WideFanIn is the number of dependencies above which a waiting task
+	// counts its succeeded upstreams with fan-in markers instead of
+	// re-reading every upstream on each completion.
+	WideFanIn = 16
+)
+
+// Phases of a shardable task (Task.Phase).
+const (
+	// PhasePlan: its planner runs (the first step; "" means the same).
+	PhasePlan = "plan"
+	// PhaseShards: it waits in state waiting for its shards to end.
+	PhaseShards = "shards"
+	// PhaseAggregate: its aggregator runs over the shards' outcomes.
+	PhaseAggregate = "aggregate"
+)
+
+// ShardSpec is one entry of a planner's result. Zero fields inherit the
+// parent's priority, capability and estimated cost.
+type ShardSpec struct {
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	Priority      *int            `json:"priority,omitempty"`
+	Capability    string          `json:"capability,omitempty"`
+	EstimatedCost float64         `json:"estimated_cost,omitempty"`
+}
+
+// Plan is a planner's result as stored in the object store.
+type Plan struct {
+	Shards []ShardSpec `json:"shards"`
+}
+
+// PlanRef is what a planner's report carries: where its plan is stored.
+type PlanRef struct {
+	// Object is the plan's name in the AX_OBJECTS object store.
+	Object string `json:"object"`
+	// Shards is the number of shards in the plan.
+	Shards int `json:"shards"`
+	// Aggregate says whether an aggregator runs once the shards ended;
+	// without one the parent succeeds with a summary.
+	Aggregate bool `json:"aggregate"`
+}
+
+// Sharding is a shardable task's fan-out state, set when its plan is applied.
+type Sharding struct {
+	PlanRef
+	// Registered is set once every shard task exists.
+	Registered bool `json:"registered,omitempty"`
+}
+
+// ShardSummary is a sharded parent's result when it has no aggregator, and
+// what its aggregator is told about the shards.
+type ShardSummary struct {
+	Shards    int `json:"shards"`
+	Succeeded int `json:"succeeded"`
+	NotOK     int `json:"not_succeeded"`
+}
+
+// MemberOutcome is a fan-in marker on ax.fanin.<waiter>.<member>.<state>:
+// how one shard (or one upstream of a wide fan-in) ended.
+type MemberOutcome struct {
+	// Index is the shard's index (shards only).
+	Index int `json:"index"`
+	// ID is the member task's id.
+	ID    string `json:"id"`
+	State State  `json:"state"`
+	// Result is the member's result when it is at most InlineResultLimit.
+	Result json.RawMessage `json:"result,omitempty"`
+	// ResultObject names the result in the object store when it is larger.
+	ResultObject string `json:"result_object,omitempty"`
+	// Error is why a member did not succeed.
+	Error string `json:"error,omitempty"`
+}
+
+// ShardID is the id of shard n of parent.
+func ShardID(parent string, n int) string { return parent + "/shard/" + strconv.Itoa(n) }
+
+// IsShard reports whether t is a shard of a sharded parent.
+func (t *Task) IsShard() bool { return t.Parent != "" }
+
+// PlanObject is the object-store name of a planner's result.
+func PlanObject(id, executionID string) string { return "plans/" + id + "/" + executionID }
+
+// ResultObjectName is the object-store name of a large result.
+func ResultObjectName(id, executionID string) string {
+	return "results/" + id + "/" + executionID
+}
+
+// Validate checks a plan read back against its reference.
+func (p Plan) Validate(ref PlanRef) error {
+	switch {
+	case len(p.Shards) != ref.Shards:
+		return fmt.Errorf("plan %s holds %d shards, its report said %d", ref.Object, len(p.Shards), ref.Shards)
+	case len(p.Shards) > MaxShards:
+		return fmt.Errorf("plan %s holds %d shards; the limit is %d", ref.Object, len(p.Shards), MaxShards)
+	}
+	for i, s := range p.Shards {
+		switch {
+		case s.Priority != nil && (*s.Priority < 0 || *s.Priority > MaxPriority):
+			return fmt.Errorf("shard %d: priority %d is out of range 0..%d", i, *s.Priority, MaxPriority)
+		case s.Capability != "" && !ValidCapability(s.Capability):
+			return fmt.Errorf("shard %d: capability %q is not one token of [A-Za-z0-9_-]", i, s.Capability)
+		case s.EstimatedCost < 0 || s.EstimatedCost > 1e9:
+			return fmt.Errorf("shard %d: estimated_cost %v is out of range", i, s.EstimatedCost)
+		case len(s.Payload) > 0 && !json.Valid(s.Payload):
+			return fmt.Errorf("shard %d: payload is not valid JSON", i)
+		}
+	}
+	return nil
+}
