@@ -74,7 +74,7 @@ func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error
 			return o.cancelShards(ctx, cur)
 		}
 	}
-	return o.checkFanIn(ctx, parent.ID)
+	return o.checkFanIn(ctx, parent.ID, "")
 }
 
 // registerShards creates every shard of the parent's plan; existing ones
@@ -83,17 +83,17 @@ func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error
 func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok bool, err error) {
 	data, err := o.objects.GetBytes(ctx, parent.Sharding.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return false, o.failParent(ctx, parent.ID, fmt.Sprintf("its plan %s is missing from %s", parent.Sharding.Object, subject.BucketObjects))
+		return false, o.failParent(ctx, parent.ID, "", fmt.Sprintf("its plan %s is missing from %s", parent.Sharding.Object, subject.BucketObjects))
 	}
 	if err != nil {
 		return false, fmt.Errorf("read plan %s of %s: %w", parent.Sharding.Object, parent.ID, err)
 	}
 	var plan task.Plan
 	if err := json.Unmarshal(data, &plan); err != nil {
-		return false, o.failParent(ctx, parent.ID, fmt.Sprintf("its plan %s is not valid JSON: %v", parent.Sharding.Object, err))
+		return false, o.failParent(ctx, parent.ID, "", fmt.Sprintf("its plan %s is not valid JSON: %v", parent.Sharding.Object, err))
 	}
 	if err := plan.Validate(parent.Sharding.PlanRef); err != nil {
-		return false, o.failParent(ctx, parent.ID, "its plan is invalid: "+err.Error())
+		return false, o.failParent(ctx, parent.ID, "", "its plan is invalid: "+err.Error())
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(shardWorkers)
@@ -175,21 +175,20 @@ func (o *Orchestrator) markRegistered(ctx context.Context, id string) (task.Task
 // shardEnded is the effect of a shard reaching a final state: its fan-in
 // marker, the release of the next parked shard, and the parent's progress.
 func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
-	out := task.MemberOutcome{Index: t.ShardIndex, ID: t.ID, State: t.State, Result: t.Result, ResultObject: t.ResultObject}
-	if t.State != task.Succeeded {
-		out.Error = t.Reason
-		if n := len(t.Errors); n > 0 && t.State == task.Failed {
-			out.Error = t.Errors[n-1].Error
-		}
-	}
-	if err := o.fanin.Mark(ctx, t.Parent, strconv.Itoa(t.ShardIndex), out); err != nil {
+	out, err := o.markShard(ctx, t)
+	if err != nil {
 		return err
 	}
-	parent, _, err := o.store.Get(ctx, t.Parent)
+	parent, prev, err := o.store.Get(ctx, t.Parent)
 	if err != nil {
 		return fmt.Errorf("shard %s: parent: %w", t.ID, err)
 	}
 	if parent.State != task.Waiting || parent.Phase != task.PhaseShards {
+		if parent.Sharding != nil && parent.Sharding.EndedBy == t.ID {
+			// This shard moved the parent on; a crash may have cut the
+			// effects of that move (this is the replay).
+			return o.ensureEffects(ctx, parent, prev)
+		}
 		return nil
 	}
 	if l := parent.MaxParallelShards; l > 0 && t.ShardIndex+l < parent.Sharding.Shards {
@@ -198,9 +197,21 @@ func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
 		}
 	}
 	if t.State != task.Succeeded && parent.MinShardSuccess == 0 {
-		return o.failParent(ctx, parent.ID, fmt.Sprintf("shard %s is %s: %s", t.ID, t.State, out.Error))
+		return o.failParent(ctx, parent.ID, t.ID, fmt.Sprintf("shard %s is %s: %s", t.ID, t.State, out.Error))
 	}
-	return o.checkFanIn(ctx, parent.ID)
+	return o.checkFanIn(ctx, parent.ID, t.ID)
+}
+
+// markShard writes a finished shard's fan-in marker (once).
+func (o *Orchestrator) markShard(ctx context.Context, t task.Task) (task.MemberOutcome, error) {
+	out := task.MemberOutcome{Index: t.ShardIndex, ID: t.ID, State: t.State, Result: t.Result, ResultObject: t.ResultObject}
+	if t.State != task.Succeeded {
+		out.Error = t.Reason
+		if n := len(t.Errors); n > 0 && t.State == task.Failed {
+			out.Error = t.Errors[n-1].Error
+		}
+	}
+	return out, o.fanin.Mark(ctx, t.Parent, strconv.Itoa(t.ShardIndex), out)
 }
 
 // checkSlot is the effect of a parked shard: it is released if the shard
@@ -222,25 +233,42 @@ func (o *Orchestrator) checkSlot(ctx context.Context, t task.Task) error {
 	return o.releaseSlot(ctx, t.ID)
 }
 
-// releaseSlot un-parks a shard; its effects then make it ready.
+// releaseSlot un-parks a shard; its effects then make it ready. A shard
+// released before has its effects ensured: a crash may have cut them.
 func (o *Orchestrator) releaseSlot(ctx context.Context, id string) error {
-	_, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
-		if t.State != task.Waiting || !t.Parked {
-			return nil, "", nil
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // not registered yet: its registration checks the slot
 		}
-		t.Parked = false
-		return &t, "a shard slot is free", nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // not registered yet: its registration checks the slot
+		if err != nil {
+			return err
+		}
+		switch {
+		case t.State == task.Waiting && t.Parked:
+		case t.State == task.Waiting, t.State == task.Ready:
+			return o.ensureEffects(ctx, t, rev)
+		default:
+			return nil
+		}
+		next := t
+		next.Parked = false
+		newRev, err := o.write(ctx, t, rev, &next, "a shard slot is free")
+		if err == nil {
+			return o.ensureEffects(ctx, next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
 	}
-	return err
+	return fmt.Errorf("release shard %s: too many concurrent changes", id)
 }
 
 // checkFanIn moves a parent on once every shard ended: to its aggregator,
 // or straight to succeeded without one, or to failed when too few shards
 // succeeded.
-func (o *Orchestrator) checkFanIn(ctx context.Context, id string) error {
+// by names the shard whose end is being applied ("" from registration).
+func (o *Orchestrator) checkFanIn(ctx context.Context, id, by string) error {
 	parent, _, err := o.store.Get(ctx, id)
 	if err != nil || parent.State != task.Waiting || parent.Phase != task.PhaseShards {
 		return err
@@ -259,6 +287,7 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, id string) error {
 			return nil, "", nil
 		}
 		summary := fmt.Sprintf("%d of %d shards succeeded", succeeded, total)
+		t = endedBy(t, by)
 		switch {
 		case succeeded < total && (t.MinShardSuccess == 0 || float64(succeeded) < t.MinShardSuccess*float64(total)):
 			return o.failedWith(t, summary+fmt.Sprintf(", below min_shard_success %v", t.MinShardSuccess)), summary + "; too few", nil
@@ -276,15 +305,24 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, id string) error {
 	return err
 }
 
-// failParent fails a parent still in its shard phase.
-func (o *Orchestrator) failParent(ctx context.Context, id, why string) error {
+// failParent fails a parent still in its shard phase; by names the shard
+// that failed it, if any.
+func (o *Orchestrator) failParent(ctx context.Context, id, by, why string) error {
 	_, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
 		if t.State != task.Waiting || t.Phase != task.PhaseShards {
 			return nil, "", nil
 		}
-		return o.failedWith(t, why), why, nil
+		return o.failedWith(endedBy(t, by), why), why, nil
 	})
 	return err
+}
+
+// endedBy returns t with the shard that ends its shard phase recorded.
+func endedBy(t task.Task, shard string) task.Task {
+	sh := *t.Sharding
+	sh.EndedBy = shard
+	t.Sharding = &sh
+	return t
 }
 
 // failedWith returns t failed for a reason that is not an attempt's error.
@@ -302,14 +340,20 @@ func (o *Orchestrator) cancelShards(ctx context.Context, parent task.Task) error
 	reason := fmt.Sprintf("parent %s is %s", parent.ID, parent.State)
 	for n := range parent.Sharding.Shards {
 		g.Go(func() error {
-			_, err := o.transition(gctx, task.ShardID(parent.ID, n), func(t task.Task, _ uint64) (*task.Task, string, error) {
-				if t.State.Terminal() {
+			ended := false
+			t, err := o.transition(gctx, task.ShardID(parent.ID, n), func(t task.Task, _ uint64) (*task.Task, string, error) {
+				if ended = t.State.Terminal(); ended {
 					return nil, "", nil
 				}
 				return o.finished(t, task.Cancelled), reason, nil
 			})
 			if errors.Is(err, store.ErrNotFound) {
 				return nil
+			}
+			if err == nil && ended {
+				// Ended earlier (or cancelled by a sweep a crash cut short):
+				// make sure its marker exists so the counts add up.
+				_, err = o.markShard(gctx, t)
 			}
 			return err
 		})

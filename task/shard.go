@@ -63,6 +63,9 @@ type Sharding struct {
 	PlanRef
 	// Registered is set once every shard task exists.
 	Registered bool `json:"registered,omitempty"`
+	// EndedBy is the shard whose end moved the task out of its shard
+	// phase (a replay of that shard's end re-ensures the move's effects).
+	EndedBy string `json:"ended_by,omitempty"`
 }
 
 // ShardSummary is a sharded parent's result when it has no aggregator, and

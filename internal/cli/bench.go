@@ -74,5 +74,44 @@ NATS server (or --nats with --external) and measures two phases:
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")
+	cmd.AddCommand(benchShardsCmd(g))
+	return cmd
+}
+
+func benchShardsCmd(g *globals) *cobra.Command {
+	var cfg bench.ShardsConfig
+	cmd := &cobra.Command{
+		Use:   "shards",
+		Short: "Measure dynamic sharding: register, run and fan in N no-op shards",
+		Long: `Runs one shardable job per --sizes entry, each on a fresh embedded server:
+its planner returns N no-op shards, an aggregator reads every outcome.
+Reports, from the parent's history, the time to register the shard tasks,
+to run and count them all (fan-in), and to aggregate; and the orchestrator's
+task-record reads per shard, which stay constant when completing a shard
+does not read its siblings.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := g.logger()
+			cfg.Logger = &log
+			runs, err := bench.Shards(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(runs)
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(w, "shards	register s	fan-in s	shards/s	aggregate s	total s	reads/shard	")
+			for _, r := range runs {
+				fmt.Fprintf(w, "%d	%.2f	%.2f	%.0f	%.2f	%.2f	%.2f	\n", r.Shards, r.Register.Seconds(), r.FanIn.Seconds(),
+					r.ShardsPerSec, r.Aggregate.Seconds(), r.Total.Seconds(), r.ReadsPerShard)
+			}
+			return w.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.IntSliceVar(&cfg.Sizes, "sizes", []int{10_000, 100_000}, "shard counts, one job each")
+	f.IntVar(&cfg.MaxParallel, "max-parallel", 0, "max_parallel_shards of the jobs (0: no limit)")
+	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	return cmd
 }

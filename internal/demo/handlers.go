@@ -18,6 +18,9 @@ const (
 	TypeSleep = "demo.sleep"
 	TypeFlaky = "demo.flaky"
 	TypeFail  = "demo.fail"
+	// TypeSplit is shardable: its planner splits a range into shards, each
+	// shard sums its part, the aggregator adds the parts up.
+	TypeSplit = "demo.split"
 )
 
 // Params is the payload the demo handlers understand.
@@ -28,6 +31,24 @@ type Params struct {
 	FailTimes int `json:"fail_times,omitempty"`
 	// Label is echoed in the result.
 	Label string `json:"label,omitempty"`
+	// Shards is how many shards demo.split plans; each sums the numbers
+	// 0…Size-1 of its part of the range.
+	Shards int `json:"shards,omitempty"`
+	Size   int `json:"size,omitempty"`
+}
+
+// SplitResult is what demo.split's aggregator returns.
+type SplitResult struct {
+	Sum       int `json:"sum"`
+	Shards    int `json:"shards"`
+	Succeeded int `json:"succeeded"`
+}
+
+// splitPart is one demo.split shard's payload.
+type splitPart struct {
+	From  int    `json:"from"`
+	To    int    `json:"to"`
+	Sleep string `json:"sleep,omitempty"`
 }
 
 // Register installs the demo handlers on an executor.
@@ -65,6 +86,49 @@ func Register(ex *executor.Executor) {
 			return nil, err
 		}
 		return nil, errors.New("simulated downstream outage: connection refused")
+	})
+	registerSplit(ex)
+}
+
+// registerSplit installs demo.split: plan → shards → aggregate.
+func registerSplit(ex *executor.Executor) {
+	ex.HandleShards(TypeSplit, executor.Sharded{
+		Plan: func(_ context.Context, j *executor.Job) ([]executor.Shard, error) {
+			p, err := params(j)
+			if err != nil {
+				return nil, err
+			}
+			shards := make([]executor.Shard, p.Shards)
+			for i := range shards {
+				shards[i].Payload = splitPart{From: i * p.Size, To: (i + 1) * p.Size, Sleep: p.Sleep}
+			}
+			return shards, nil
+		},
+		Shard: func(ctx context.Context, j *executor.Job) (any, error) {
+			var part splitPart
+			if err := json.Unmarshal(j.Payload, &part); err != nil {
+				return nil, executor.Permanent(fmt.Errorf("bad shard payload: %w", err))
+			}
+			if err := sleep(ctx, part.Sleep); err != nil {
+				return nil, err
+			}
+			sum := 0
+			for n := part.From; n < part.To; n++ {
+				sum += n
+			}
+			return sum, nil
+		},
+		Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
+			r := SplitResult{Shards: len(s.Shards), Succeeded: s.Succeeded}
+			for _, o := range s.Shards {
+				var part int
+				if err := json.Unmarshal(o.Result, &part); err != nil && o.State == "succeeded" {
+					return nil, fmt.Errorf("shard %s result %s: %w", o.ID, o.Result, err)
+				}
+				r.Sum += part
+			}
+			return r, nil
+		},
 	})
 }
 
