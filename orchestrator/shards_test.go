@@ -523,3 +523,49 @@ func TestShardsPlanReportTwice(t *testing.T) {
 		t.Fatalf("%.1f task reads per shard", perShard)
 	}
 }
+
+// A parent whose aggregator failed is re-driven into a fresh aggregate run;
+// one that failed in its shard phase is refused (its shards already ran).
+func TestShardsRedrive(t *testing.T) {
+	t.Parallel()
+	e := newShardEnv(t, executor.Config{})
+	var aggregatorBroken atomic.Bool
+	aggregatorBroken.Store(true)
+	var shardRuns atomic.Int32
+	e.ex.HandleShards("split", executor.Sharded{
+		Plan: numbers(5),
+		Shard: func(_ context.Context, j *executor.Job) (any, error) {
+			shardRuns.Add(1)
+			if j.Parent == "ff" {
+				return nil, executor.Permanent(errors.New("bad"))
+			}
+			return 1, nil
+		},
+		Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
+			if aggregatorBroken.Load() {
+				return nil, executor.Permanent(errors.New("aggregator bug"))
+			}
+			return s.Succeeded, nil
+		},
+	})
+	testenv.Start(t, e.ex)
+	submitSharded(t, e, "agg", nil)
+	submitSharded(t, e, "ff", nil)
+	waitState(t, e, "agg", task.Failed)
+	waitState(t, e, "ff", task.Failed)
+	runsBefore := shardRuns.Load()
+	aggregatorBroken.Store(false)
+	if _, err := e.c.Redrive(e.ctx, "agg"); err != nil {
+		t.Fatal(err)
+	}
+	got := waitState(t, e, "agg", task.Succeeded)
+	if string(got.Result) != "5" || shardRuns.Load() != runsBefore {
+		t.Fatalf("after redrive: result %s, %d shard runs (before %d)", got.Result, shardRuns.Load(), runsBefore)
+	}
+	if _, err := e.c.Redrive(e.ctx, "ff"); err == nil || !strings.Contains(err.Error(), "failed in its shard phase") {
+		t.Fatalf("redrive of a parent failed in its shard phase: %v", err)
+	}
+	if _, err := e.c.Redrive(e.ctx, task.ShardID("ff", 0)); err == nil || !strings.Contains(err.Error(), "is a shard of ff") {
+		t.Fatalf("redrive of a shard: %v", err)
+	}
+}

@@ -133,10 +133,19 @@ func statusCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var shards *sdk.ShardProgress
+			if t.Shardable {
+				if shards, err = c.Shards(ctx, args[0]); err != nil {
+					return err
+				}
+			}
 			if g.jsonOutput() {
-				return g.printJSON(map[string]any{"task": t, "history": h})
+				return g.printJSON(map[string]any{"task": t, "history": h, "shards": shards})
 			}
 			printTask(g, t)
+			if shards != nil {
+				printShards(g, shards)
+			}
 			fmt.Fprintln(g.stdout, "\nHistory:")
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "REV\tAT\tFROM\tTO\tACTOR\tREASON")
@@ -174,6 +183,12 @@ func printTask(g *globals, t *task.Task) {
 	row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxRetries+1))
 	row("Execution", t.ExecutionID)
 	row("Executor", t.Executor)
+	if t.IsShard() {
+		row("Shard of", fmt.Sprintf("%s (#%d)", t.Parent, t.ShardIndex))
+	}
+	if t.Parked {
+		row("Parked", "waits for a free slot under its parent's max_parallel_shards")
+	}
 	row("Depends on", strings.Join(t.DependsOn, ", "))
 	row("Dependents", strings.Join(t.Dependents, ", "))
 	row("Submitted", t.SubmittedAt.Format(time.RFC3339Nano))
@@ -184,8 +199,29 @@ func printTask(g *globals, t *task.Task) {
 	if len(t.Result) > 0 {
 		row("Result", string(t.Result))
 	}
+	row("Result object", t.ResultObject)
 	for _, e := range t.Errors {
 		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
+	}
+	_ = w.Flush()
+}
+
+// printShards shows a sharded task's phase and shard counts per state.
+func printShards(g *globals, p *sdk.ShardProgress) {
+	fmt.Fprintf(g.stdout, "\nShards: phase %s, %d planned", p.Phase, p.Total)
+	if p.Total > 0 && !p.Registered && p.Phase == task.PhaseShards {
+		fmt.Fprint(g.stdout, " (registering)")
+	}
+	fmt.Fprintln(g.stdout)
+	if p.Total == 0 {
+		return
+	}
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "  unfinished\t%d\n", p.Unfinished)
+	for _, st := range []task.State{task.Succeeded, task.Failed, task.Cancelled, task.Expired} {
+		if n := p.Ended[st]; n > 0 {
+			fmt.Fprintf(w, "  %s\t%d\n", st, n)
+		}
 	}
 	_ = w.Flush()
 }
