@@ -159,7 +159,8 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		return err
 	}
 	fmt.Fprintf(g.stdout, "Submitted %d tasks (run %s): a 7-task DAG, 24 tasks over p0..p5 on two capabilities,\n"+
-		"a flaky task, a task bound for the dead-letter queue, and one nobody can run.\n\n", len(specs), run)
+		"a flaky task, a task bound for the dead-letter queue, one nobody can run, and a job\n"+
+		"sharded at run time into 40 shards (8 at a time) whose results are aggregated.\n\n", len(specs), run)
 
 	start := time.Now()
 	tty := isatty.IsTerminal(os.Stdout.Fd())
@@ -204,9 +205,10 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 Inspect (while this keeps running):
   ax status %s --nats %s    # a retried task and its history
   ax status %s --nats %s   # the dead-lettered task
+  ax status %s --nats %s    # the sharded job: phases and shard counts
   ax dlq list --nats %s
   ax dlq redrive %s --nats %s
-`, run+"-flaky", url, run+"-export", url, url, run+"-export", url)
+`, run+"-flaky", url, run+"-export", url, run+"-split", url, url, run+"-export", url)
 	if exit {
 		return nil
 	}

@@ -69,6 +69,11 @@ func NewWorkload(run string) Workload {
 		spec("flaky", TypeFlaky, 2, CapCPU, Params{Sleep: "200ms", FailTimes: 2, Label: "fails twice, then succeeds"}),
 		spec("quantum", TypeSleep, 2, CapUnserved, Params{Label: "no executor has this capability"}),
 	)
+	// A sharded job: its planner splits the range into 40 shards, at most 8
+	// run at once, and the aggregator adds up their sums.
+	split := spec("split", TypeSplit, 2, CapCPU, Params{Shards: 40, Size: 1000, Sleep: "60ms", Label: "sharded job"})
+	split.Shardable, split.MaxParallelShards = true, 8
+	w.Single = append(w.Single, split)
 	w.Unserved = id("quantum")
 	return w
 }
