@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -289,7 +290,7 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, id, by string) error {
 		summary := fmt.Sprintf("%d of %d shards succeeded", succeeded, total)
 		t = endedBy(t, by)
 		switch {
-		case succeeded < total && (t.MinShardSuccess == 0 || float64(succeeded) < t.MinShardSuccess*float64(total)):
+		case succeeded < total && (t.MinShardSuccess == 0 || succeeded < minSucceeded(t.MinShardSuccess, total)):
 			return o.failedWith(t, summary+fmt.Sprintf(", below min_shard_success %v", t.MinShardSuccess)), summary + "; too few", nil
 		case t.Sharding.Aggregate:
 			next := o.readyNext(t, 1)
@@ -303,6 +304,12 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, id, by string) error {
 		}
 	})
 	return err
+}
+
+// minSucceeded is how many of total shards must succeed under a
+// min_shard_success fraction (rounded up; 0.7 of 10 is 7, not 7.000…1).
+func minSucceeded(fraction float64, total int) int {
+	return int(math.Ceil(fraction*float64(total) - 1e-9))
 }
 
 // failParent fails a parent still in its shard phase; by names the shard
