@@ -74,8 +74,9 @@ func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error
 			// created after its cancellation swept past them.
 			return o.cancelShards(ctx, cur)
 		}
+		parent = cur
 	}
-	return o.checkFanIn(ctx, parent.ID, "")
+	return o.checkFanIn(ctx, parent, "")
 }
 
 // registerShards creates every shard of the parent's plan; existing ones
@@ -200,7 +201,7 @@ func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
 	if t.State != task.Succeeded && parent.MinShardSuccess == 0 {
 		return o.failParent(ctx, parent.ID, t.ID, fmt.Sprintf("shard %s is %s: %s", t.ID, t.State, out.Error))
 	}
-	return o.checkFanIn(ctx, parent.ID, t.ID)
+	return o.checkFanIn(ctx, parent, t.ID)
 }
 
 // markShard writes a finished shard's fan-in marker (once).
@@ -268,12 +269,14 @@ func (o *Orchestrator) releaseSlot(ctx context.Context, id string) error {
 // checkFanIn moves a parent on once every shard ended: to its aggregator,
 // or straight to succeeded without one, or to failed when too few shards
 // succeeded.
-// by names the shard whose end is being applied ("" from registration).
-func (o *Orchestrator) checkFanIn(ctx context.Context, id, by string) error {
-	parent, _, err := o.store.Get(ctx, id)
-	if err != nil || parent.State != task.Waiting || parent.Phase != task.PhaseShards {
-		return err
+// parent is a record read after the end being applied (the move itself is
+// a compare-and-set on a fresh read); by names the shard whose end is being
+// applied ("" from registration).
+func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by string) error {
+	if parent.State != task.Waiting || parent.Phase != task.PhaseShards {
+		return nil
 	}
+	id := parent.ID
 	done, err := o.fanin.Count(ctx, id)
 	if err != nil || done < parent.Sharding.Shards {
 		return err
