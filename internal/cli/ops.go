@@ -29,6 +29,7 @@ func submitCmd(g *globals) *cobra.Command {
 		Use:   "submit [TYPE]",
 		Short: "Submit a task (flags), or a spec or graph from a JSON file (-f)",
 		Example: `  ax submit report.build --payload '{"day":"2026-11-29"}' --priority 1
+  ax submit demo.split --shardable --max-parallel-shards 10 --payload '{"shards":100,"size":1000}' --wait
   ax submit -f graph.json        # {"tasks":[{...},{...}]}`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
@@ -78,6 +79,9 @@ func submitCmd(g *globals) *cobra.Command {
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
 	f.StringVarP(&file, "file", "f", "", "JSON file with one spec, or a graph {\"tasks\":[…]}")
 	f.BoolVar(&wait, "wait", false, "wait until the task ends and print its state")
+	f.BoolVar(&spec.Shardable, "shardable", false, "run the type's planner first and its shards as child tasks")
+	f.IntVar(&spec.MaxParallelShards, "max-parallel-shards", 0, "shardable: at most this many shards released at once (0: no limit)")
+	f.Float64Var(&spec.MinShardSuccess, "min-shard-success", 0, "shardable: 0 fails at the first failed shard; a fraction aggregates when that share succeeded")
 	return cmd
 }
 
