@@ -31,6 +31,9 @@ type Executor struct {
 	// and large results.
 	fanin   *fanin.Markers
 	objects jetstream.ObjectStore
+	// leases is AX_LEASES: the leases of tasks running long enough to
+	// heart-beat, which keep a copy of their dispatch from taking over.
+	leases jetstream.Stream
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
@@ -117,6 +120,9 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	if e.objects, err = e.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
 		return fmt.Errorf("executor: bind %s: %w", subject.BucketObjects, err)
+	}
+	if e.leases, err = e.js.Stream(ctx, subject.StreamLeases); err != nil {
+		return fmt.Errorf("executor: bind %s: %w", subject.StreamLeases, err)
 	}
 	var pullers []*puller
 	for _, capability := range e.cfg.Capabilities {

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -434,5 +435,64 @@ func TestCrashLoopIsFailedNotRunForever(t *testing.T) {
 	got, err := c.Wait(ctx, "poison")
 	if err != nil || got.State != task.Failed || !strings.Contains(got.Reason, "lost 4 times") || got.Takeovers != 4 {
 		t.Fatalf("%+v %v", got, err)
+	}
+}
+
+// A copy of a dispatch (a re-publish after the de-duplication window, or
+// consumer state lost in a server crash) redelivered while the task runs on
+// a live executor does not take it over: the executor's heartbeats keep a
+// lease it checks first.
+func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	nc := testenv.Conn(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	ex := testenv.Executor(t, srv.URL(), executor.Config{AckWait: 2 * time.Second, IdleProbe: 100 * time.Millisecond})
+	var runs atomic.Int32
+	running := make(chan struct{}, 1)
+	ex.HandleFunc("long", func(ctx context.Context, _ *executor.Job) (any, error) {
+		runs.Add(1)
+		running <- struct{}{}
+		select {
+		case <-time.After(7 * time.Second): // several ack waits
+			return "done", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	testenv.Start(t, ex)
+	if _, err := c.Submit(ctx, spec(t, "long-1", "long", 2, "default")); err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	h, err := c.History(ctx, "long-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d task.Dispatch
+	for _, ev := range h {
+		if ev.Event.To == task.Ready {
+			d = task.Dispatch{Task: ev.Event.Task, Revision: ev.Revision}
+		}
+	}
+	data, _ := json.Marshal(d)
+	publishCopy := func() {
+		js, _ := jetstream.New(nc)
+		if _, err := js.Publish(ctx, subject.Ready("default", 2), data, jetstream.WithMsgID("copy-of-"+d.ExecutionID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishCopy()
+	got, err := c.Wait(ctx, "long-1")
+	if err != nil || got.State != task.Succeeded {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+	if got.Takeovers != 0 {
+		t.Fatalf("%d take-overs of a live executor", got.Takeovers)
 	}
 }

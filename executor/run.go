@@ -99,7 +99,7 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 	e.track(t.ID, ex)
 	defer e.untrack(t.ID, ex)
 
-	stopBeat := e.heartbeat(msg)
+	stopBeat := e.heartbeat(msg, t)
 	var result any
 	var plan *task.PlanRef
 	var herr error
@@ -195,6 +195,14 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 			return cur, 0, 0, false, nil
 		case cur.State == task.Ready:
 		case cur.State == task.Running && delivered > 1:
+			// A redelivery: its executor stopped heart-beating, unless this
+			// is a copy of the dispatch and the executor holds a live lease.
+			if held, err := e.leased(ctx, cur.ID, cur.ExecutionID); err != nil || held {
+				if err == nil {
+					err = errRunningElsewhere
+				}
+				return cur, 0, 0, false, err
+			}
 		case cur.State == task.Running:
 			return cur, 0, 0, false, errRunningElsewhere
 		default:
@@ -250,8 +258,9 @@ func encodeResult(v any) (json.RawMessage, error) {
 }
 
 // heartbeat extends the dispatch's lease every Heartbeat until the returned
-// func is called. It costs nothing for tasks shorter than one interval.
-func (e *Executor) heartbeat(msg jetstream.Msg) func() {
+// func is called, and renews the task's lease record (ax.lease.<id>). It
+// costs nothing for tasks shorter than one interval.
+func (e *Executor) heartbeat(msg jetstream.Msg, running task.Task) func() {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
@@ -265,6 +274,7 @@ func (e *Executor) heartbeat(msg jetstream.Msg) func() {
 		if err := msg.InProgress(); err != nil {
 			e.log.Debug().Err(err).Msg("heartbeat failed")
 		}
+		e.renewLease(running)
 		t.Reset(e.cfg.Heartbeat)
 	})
 	mu.Unlock()
@@ -274,6 +284,41 @@ func (e *Executor) heartbeat(msg jetstream.Msg) func() {
 		stopped = true
 		t.Stop()
 	}
+}
+
+// leaseTTL is how long a lease outlives the heartbeat that renewed it:
+// longer than the heartbeat interval, shorter than the ack wait, so it is
+// gone by the time a dead executor's dispatch is redelivered. Message TTLs
+// are whole seconds, at least one.
+func (e *Executor) leaseTTL() time.Duration {
+	return max(time.Second, ((e.cfg.Heartbeat+e.cfg.AckWait)/2).Truncate(time.Second))
+}
+
+// renewLease records that this executor still runs t.
+func (e *Executor) renewLease(t task.Task) {
+	data, _ := json.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC()})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := e.js.Publish(ctx, subject.Lease(t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
+		e.log.Debug().Err(err).Str("task_id", t.ID).Msg("lease not renewed")
+	}
+}
+
+// leased reports whether an executor that is alive holds the lease of an
+// execution (its heartbeats keep the record from expiring).
+func (e *Executor) leased(ctx context.Context, id, executionID string) (bool, error) {
+	msg, err := e.leases.GetLastMsgForSubject(ctx, subject.Lease(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read lease of %s: %w", id, err)
+	}
+	var l task.Lease
+	if err := json.Unmarshal(msg.Data, &l); err != nil {
+		return false, nil // unreadable: treat as no lease
+	}
+	return l.ExecutionID == executionID, nil
 }
 
 // errRunningElsewhere: the task is running under the same execution id on a

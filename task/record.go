@@ -207,6 +207,15 @@ type AuditEvent struct {
 	Reason string    `json:"reason,omitempty"`
 }
 
+// Lease is the body of ax.lease.<id>: the executor running an execution
+// of the task, renewed at every heartbeat and expiring (message TTL) when
+// the executor stops heart-beating.
+type Lease struct {
+	ExecutionID string    `json:"execution_id"`
+	Executor    string    `json:"executor"`
+	At          time.Time `json:"at"`
+}
+
 // CommandReply is what the orchestrator answers on the Ax-Reply-To subject.
 type CommandReply struct {
 	OK       bool      `json:"ok"`

@@ -24,6 +24,7 @@ const (
 	StreamHeld      = "AX_HELD"
 	StreamAudit     = "AX_AUDIT"
 	StreamFanIn     = "AX_FANIN"
+	StreamLeases    = "AX_LEASES"
 )
 
 // BucketObjects is the object store of planners' shard lists and results
@@ -104,6 +105,7 @@ const (
 	AuditAll        = "ax.audit.>"
 	CancelSignalAll = "ax.signal.cancel.>"
 	FanInAll        = "ax.fanin.>"
+	LeaseAll        = "ax.lease.>"
 )
 
 const (
@@ -281,3 +283,7 @@ func FanInConsumer(waiter string) string {
 	h := sha256.Sum256([]byte(waiter))
 	return "ax-fanin-" + hex.EncodeToString(h[:16])
 }
+
+// Lease is where the executor running a task long enough to heart-beat
+// keeps its lease: the last message, with a TTL, while it is alive.
+func Lease(id string) string { return "ax.lease." + id }

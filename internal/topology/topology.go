@@ -131,6 +131,17 @@ func Streams(o Options) []jetstream.StreamConfig {
 			AllowDirect: true,
 		},
 		{
+			Name:              subject.StreamLeases,
+			Description:       "AX leases of long-running tasks, renewed by their executors' heartbeats (per-message TTL)",
+			Subjects:          []string{subject.LeaseAll},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          r,
+			MaxMsgsPerSubject: 1,
+			AllowMsgTTL:       true,
+			AllowDirect:       true,
+		},
+		{
 			Name:              subject.StreamRejected,
 			Description:       "AX rejected submissions with their reasons",
 			Subjects:          []string{subject.RejectedAll},
