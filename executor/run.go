@@ -291,7 +291,7 @@ func (e *Executor) heartbeat(msg jetstream.Msg, running task.Task) func() {
 // gone by the time a dead executor's dispatch is redelivered. Message TTLs
 // are whole seconds, at least one.
 func (e *Executor) leaseTTL() time.Duration {
-	return max(time.Second, ((e.cfg.Heartbeat+e.cfg.AckWait)/2).Truncate(time.Second))
+	return max(time.Second, ((e.cfg.Heartbeat + e.cfg.AckWait) / 2).Truncate(time.Second))
 }
 
 // renewLease records that this executor still runs t.
