@@ -569,3 +569,37 @@ func TestShardsRedrive(t *testing.T) {
 		t.Fatalf("redrive of a shard: %v", err)
 	}
 }
+
+// Shards inherit the parent's priority and capability unless the planner
+// sets them, and carry their own estimated cost.
+func TestShardsPlannerOverrides(t *testing.T) {
+	t.Parallel()
+	e := newShardEnv(t, executor.Config{Capabilities: []string{"default", "gpu"}})
+	p0 := 0
+	e.ex.HandleShards("split", executor.Sharded{
+		Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
+			return []executor.Shard{
+				{Payload: "inherit"},
+				{Payload: "urgent", Priority: &p0},
+				{Payload: "gpu", Capability: "gpu", EstimatedCost: 4},
+			}, nil
+		},
+		Shard: func(_ context.Context, j *executor.Job) (any, error) {
+			return map[string]any{"priority": j.Priority, "capability": j.Capability, "cost": j.EstimatedCost}, nil
+		},
+	})
+	testenv.Start(t, e.ex)
+	submitSharded(t, e, "mixed", func(s *task.Spec) { s.Priority, s.EstimatedCost = 3, 2 })
+	waitState(t, e, "mixed", task.Succeeded)
+	want := []string{
+		`{"capability":"default","cost":1,"priority":3}`,
+		`{"capability":"default","cost":1,"priority":0}`,
+		`{"capability":"gpu","cost":4,"priority":3}`,
+	}
+	for i, w := range want {
+		sh, err := e.c.Get(e.ctx, task.ShardID("mixed", i))
+		if err != nil || string(sh.Result) != w {
+			t.Errorf("shard %d ran as %s (%v), want %s", i, sh.Result, err, w)
+		}
+	}
+}

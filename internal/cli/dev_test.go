@@ -19,13 +19,13 @@ func TestDevDemoRunsToTheEnd(t *testing.T) {
 		t.Fatalf("ax dev exited %d\n%s\n%s", code, out.String(), errOut.String())
 	}
 	s := out.String()
-	for _, want := range []string{"All 33 tasks ended", "-flaky ", "attempt 3 succeeded", "retries exhausted after 4 attempts",
+	for _, want := range []string{"All 34 tasks ended", "-flaky ", "-split ", "attempt 3 succeeded", "retries exhausted after 4 attempts",
 		"upstream demo-", "demo over: no executor has capability quantum", "ax dlq redrive"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
 	}
-	if strings.Count(s, " succeeded ") < 30 {
-		t.Errorf("fewer than 30 tasks succeeded:\n%s", s)
+	if strings.Count(s, " succeeded ") < 31 {
+		t.Errorf("fewer than 31 tasks succeeded:\n%s", s)
 	}
 }
