@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -54,24 +55,33 @@ type Task struct {
 	StateSince  time.Time  `json:"state_since"`
 	DependsOn   []string   `json:"depends_on,omitempty"`
 	Dependents  []string   `json:"dependents,omitempty"`
-	LastSeq     uint64     `json:"last_seq"`
+	// ParentID is the sharded task this one is a shard of; empty for any
+	// other task.
+	ParentID string `json:"parent_id,omitempty"`
+	// ShardIndex is a shard's place in its parent's plan (from 0); it is
+	// meaningful only when ParentID is set, as in task.Task.
+	ShardIndex int    `json:"shard_index,omitempty"`
+	LastSeq    uint64 `json:"last_seq"`
 }
+
+// IsShard reports whether t is a shard of a sharded task.
+func (t Task) IsShard() bool { return t.ParentID != "" }
 
 const taskColumns = `id, type, state, priority, capability, attempt, max_retries, redrives,
   COALESCE(reason,''), COALESCE(last_error,''), COALESCE(executor,''), COALESCE(execution_id,''),
   submitted_at, ready_at, started_at, finished_at, retry_at, start_at, expires_at, dispatches, updated_at, state_since,
-  depends_on, dependents, last_seq`
+  depends_on, dependents, COALESCE(parent_id,''), COALESCE(shard_id,''), last_seq`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanTask(s scanner) (Task, error) {
 	var t Task
 	var ready, started, finished, retry, startAt, expiresAt sql.NullTime
-	var deps, dependents string
+	var deps, dependents, shardID string
 	err := s.Scan(&t.ID, &t.Type, &t.State, &t.Priority, &t.Capability, &t.Attempt, &t.MaxRetries, &t.Redrives,
 		&t.Reason, &t.LastError, &t.Executor, &t.ExecutionID,
 		&t.SubmittedAt, &ready, &started, &finished, &retry, &startAt, &expiresAt, &t.Dispatches, &t.UpdatedAt, &t.StateSince,
-		&deps, &dependents, &t.LastSeq)
+		&deps, &dependents, &t.ParentID, &shardID, &t.LastSeq)
 	if err != nil {
 		return t, err
 	}
@@ -82,6 +92,11 @@ func scanTask(s scanner) (Task, error) {
 	}
 	if err := json.Unmarshal([]byte(dependents), &t.Dependents); err != nil {
 		return t, fmt.Errorf("decode dependents of %s: %w", t.ID, err)
+	}
+	if t.ParentID != "" {
+		if t.ShardIndex, err = strconv.Atoi(shardID); err != nil {
+			return t, fmt.Errorf("decode shard_id of %s: %w", t.ID, err)
+		}
 	}
 	return t, nil
 }

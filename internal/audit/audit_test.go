@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +23,26 @@ import (
 )
 
 // fixture runs AX with a mirror and a small workload: a chain long → mid →
-// leaf where long sleeps (so mid and leaf wait), a flaky task, a failing one.
+// leaf where long sleeps (so mid and leaf wait), a flaky task, a failing
+// one, and a sharded job some of whose shards fail.
 type fixture struct {
 	db                   *sql.DB
 	long, mid, leaf      string
 	flaky, failing, noop string
 	delayed, nobody      string
+	sharded              string
 }
+
+// The fixture's sharded job: splitShards shards, of which the broken ones
+// fail for good and shard 2 fails once, then succeeds on its retry.
+const (
+	typeSplit   = "audit.split"
+	splitShards = 12
+)
+
+// brokenShard says whether a shard of the sharded job fails for good.
+// Shard 10 sorts before 4 as a string: the listing must order numerically.
+func brokenShard(i int) bool { return i == 4 || i == 9 || i == 10 }
 
 func setup(t *testing.T) fixture {
 	t.Helper()
@@ -35,6 +50,23 @@ func setup(t *testing.T) fixture {
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
+	ex.HandleShards(typeSplit, executor.Sharded{
+		Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
+			return make([]executor.Shard, splitShards), nil
+		},
+		Shard: func(_ context.Context, j *executor.Job) (any, error) {
+			switch {
+			case brokenShard(j.ShardIndex):
+				return nil, executor.Permanent(fmt.Errorf("shard %d broken", j.ShardIndex))
+			case j.ShardIndex == 2 && j.Attempt == 1:
+				return nil, errors.New("shard 2 hiccup")
+			}
+			return j.ShardIndex, nil
+		},
+		Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
+			return map[string]int{"succeeded": s.Succeeded, "failed": len(s.Failed())}, nil
+		},
+	})
 	testenv.Start(t, ex)
 	_, db := mirrortest.DB(t)
 	m, err := mirror.New(testenv.Conn(t, srv.URL()), db, mirror.Config{FetchWait: 100 * time.Millisecond, Logger: testenv.Logger(t)})
@@ -78,7 +110,21 @@ func setup(t *testing.T) fixture {
 		DispatchTimeout: task.Duration(30 * time.Millisecond), MaxDispatches: 1}); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{f.delayed: "waiting", f.nobody: "failed", f.long: "running", f.mid: "waiting", f.leaf: "waiting", f.flaky: "succeeded", f.failing: "failed", f.noop: "succeeded"}
+	// Enough shards succeed (9 of 12) for min_shard_success 0.5: the job
+	// aggregates and succeeds despite its failed shards.
+	f.sharded = task.NewID()
+	if _, err = c.Submit(ctx, task.Spec{ID: f.sharded, Type: typeSplit, Priority: 1, MaxRetries: 1,
+		Shardable: true, MinShardSuccess: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{f.delayed: "waiting", f.nobody: "failed", f.long: "running", f.mid: "waiting", f.leaf: "waiting", f.flaky: "succeeded", f.failing: "failed", f.noop: "succeeded",
+		f.sharded: "succeeded"}
+	for i := range splitShards {
+		want[task.ShardID(f.sharded, i)] = "succeeded"
+		if brokenShard(i) {
+			want[task.ShardID(f.sharded, i)] = "failed"
+		}
+	}
 	testenv.Eventually(t, 20*time.Second, "the workload to be mirrored", func() bool {
 		for id, state := range want {
 			var got string
@@ -124,6 +170,71 @@ func TestAudit(t *testing.T) {
 			}
 		}
 		if _, err := a.Timeline(ctx, "no-such-task"); !errors.Is(err, audit.ErrNotFound) {
+			t.Fatalf("unknown task: %v", err)
+		}
+	})
+
+	t.Run("shards", func(t *testing.T) {
+		tl, err := a.Timeline(ctx, f.sharded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tl.Task == nil || tl.Task.IsShard() || tl.Task.State != "succeeded" ||
+			len(tl.Shards) != 2 || tl.Shards["succeeded"] != 9 || tl.Shards["failed"] != 3 {
+			t.Fatalf("parent timeline: task %+v, shards %v", tl.Task, tl.Shards)
+		}
+		var kinds []string
+		for _, e := range tl.Events {
+			kinds = append(kinds, e.Kind)
+		}
+		if !slices.Contains(kinds, string(task.KindShardsRegistered)) {
+			t.Fatalf("parent events lack %s: %v", task.KindShardsRegistered, kinds)
+		}
+		for _, n := range []int{0, 2, 10} {
+			id := task.ShardID(f.sharded, n)
+			tl, err := a.Timeline(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tl.Task == nil || tl.Task.ParentID != f.sharded || tl.Task.ShardIndex != n || tl.Shards != nil {
+				t.Fatalf("shard %d timeline: task %+v, shards %v", n, tl.Task, tl.Shards)
+			}
+			if n == 2 && (len(tl.Attempts) != 2 || tl.Attempts[0].Error != "shard 2 hiccup" || tl.Attempts[1].Outcome != "succeeded") {
+				t.Fatalf("shard 2 attempts %+v", tl.Attempts)
+			}
+		}
+		tl, err = a.Timeline(ctx, f.noop)
+		if err != nil || tl.Shards != nil || tl.Task.IsShard() {
+			t.Fatalf("plain task timeline: shards %v, task %+v, %v", tl.Shards, tl.Task, err)
+		}
+
+		r, err := a.Shards(ctx, f.sharded, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idx []int
+		for _, s := range r.Failed {
+			if s.ID != task.ShardID(f.sharded, s.Index) || s.State != "failed" || s.Attempt != 1 ||
+				s.LastError != fmt.Sprintf("shard %d broken", s.Index) || s.FinishedAt == nil {
+				t.Fatalf("failed shard %+v", s)
+			}
+			idx = append(idx, s.Index)
+		}
+		if r.Task == nil || r.Task.ID != f.sharded || r.Total != splitShards || r.FailedTotal() != 3 || !slices.Equal(idx, []int{4, 9, 10}) {
+			t.Fatalf("report %+v (failed shards %v)", r, idx)
+		}
+		r, err = a.Shards(ctx, f.sharded, 2)
+		if err != nil || len(r.Failed) != 2 || r.Failed[1].Index != 9 || r.FailedTotal() != 3 {
+			t.Fatalf("limit 2: %+v, %v", r, err)
+		}
+		r, err = a.Shards(ctx, f.noop, 0)
+		if err != nil || r.Task == nil || r.Total != 0 || len(r.Failed) != 0 {
+			t.Fatalf("plain task: %+v, %v", r, err)
+		}
+		if _, err := a.Shards(ctx, task.ShardID(f.sharded, 4), 0); err == nil || !strings.Contains(err.Error(), "is shard 4 of "+f.sharded) {
+			t.Fatalf("shards of a shard: %v", err)
+		}
+		if _, err := a.Shards(ctx, "no-such-task", 0); !errors.Is(err, audit.ErrNotFound) {
 			t.Fatalf("unknown task: %v", err)
 		}
 	})

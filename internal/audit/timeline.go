@@ -38,9 +38,14 @@ type Timeline struct {
 	Task     *Task     `json:"task"`
 	Events   []Event   `json:"events"`
 	Attempts []Attempt `json:"attempts"`
+	// Shards counts, for a sharded task, its mirrored shards per state
+	// (see Auditor.Shards for those that did not succeed); nil for any
+	// other task. A shard names its parent in Task.ParentID.
+	Shards map[string]int `json:"shards,omitempty"`
 }
 
-// Timeline returns a task's row, every event in order and every attempt.
+// Timeline returns a task's row, every event in order, every attempt and,
+// for a sharded task, its shards per state.
 func (a *Auditor) Timeline(ctx context.Context, id string) (Timeline, error) {
 	var tl Timeline
 	t, err := a.Task(ctx, id)
@@ -68,6 +73,14 @@ func (a *Auditor) Timeline(ctx context.Context, id string) (Timeline, error) {
 	}
 	if tl.Attempts, err = a.attempts(ctx, id); err != nil {
 		return tl, err
+	}
+	if tl.Task == nil || !tl.Task.IsShard() {
+		if tl.Shards, err = a.shardStates(ctx, id); err != nil {
+			return tl, err
+		}
+		if len(tl.Shards) == 0 {
+			tl.Shards = nil
+		}
 	}
 	if tl.Task == nil && len(tl.Events) == 0 {
 		return tl, fmt.Errorf("%w: %s", ErrNotFound, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,13 +13,14 @@ import (
 
 	"github.com/ax-run/ax/internal/audit"
 	"github.com/ax-run/ax/internal/mirror"
+	"github.com/ax-run/ax/task"
 )
 
 func auditCmd(g *globals) *cobra.Command {
 	var dsn string
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Answer audit questions from the MySQL mirror (timeline, waiting, failures, stuck, retries, rebuild)",
+		Short: "Answer audit questions from the MySQL mirror (timeline, waiting, shards, failures, stuck, retries, rebuild)",
 		Long: `Query the MySQL audit mirror written by ` + "`ax mirror`" + `. Answers are as of the
 last mirrored event (see ` + "`ax mirror lag`" + `). See docs/mysql-mirror.md for the schema
 and ready-made SQL.`,
@@ -31,7 +33,7 @@ and ready-made SQL.`,
 		}
 		return audit.New(db, time.Now), func() { db.Close() }, nil
 	}
-	cmd.AddCommand(auditTimelineCmd(g, open), auditWaitingCmd(g, open), auditFailuresCmd(g, open),
+	cmd.AddCommand(auditTimelineCmd(g, open), auditWaitingCmd(g, open), auditShardsCmd(g, open), auditFailuresCmd(g, open),
 		auditStuckCmd(g, open), auditRetriesCmd(g, open), auditRebuildCmd(g, &dsn))
 	return cmd
 }
@@ -70,7 +72,7 @@ func openAuditDB(ctx context.Context, dsn string) (*sql.DB, error) {
 func auditTimelineCmd(g *globals, open auditOpener) *cobra.Command {
 	return &cobra.Command{
 		Use:   "timeline ID",
-		Short: "A task's full history: every event and every attempt",
+		Short: "A task's full history: every event and every attempt (and a sharded task's shard counts)",
 		Args:  cobra.ExactArgs(1),
 		RunE: open.run(func(ctx context.Context, a *audit.Auditor, args []string) error {
 			tl, err := a.Timeline(ctx, args[0])
@@ -83,11 +85,17 @@ func auditTimelineCmd(g *globals, open auditOpener) *cobra.Command {
 			if t := tl.Task; t != nil {
 				fmt.Fprintf(g.stdout, "Task %s  type %s  state %s  attempt %d of %d  redrives %d\n",
 					t.ID, t.Type, t.State, t.Attempt, t.MaxRetries+1, t.Redrives)
+				if t.IsShard() {
+					fmt.Fprintf(g.stdout, "Shard of %s (#%d)\n", t.ParentID, t.ShardIndex)
+				}
 				if t.Reason != "" {
 					fmt.Fprintf(g.stdout, "Reason: %s\n", t.Reason)
 				}
 			} else {
 				fmt.Fprintf(g.stdout, "Task %s (its row was removed by retention)\n", args[0])
+			}
+			if len(tl.Shards) > 0 {
+				fmt.Fprintf(g.stdout, "Shards: %s (see ax audit shards %s)\n", auditShardStates(tl.Shards), args[0])
 			}
 			fmt.Fprintln(g.stdout, "\nEvents:")
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
@@ -144,6 +152,87 @@ func auditWaitingCmd(g *globals, open auditOpener) *cobra.Command {
 			return w.Flush()
 		}),
 	}
+}
+
+func auditShardsCmd(g *globals, open auditOpener) *cobra.Command {
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "shards PARENT",
+		Short: "A sharded task's shards: how many in each state, and which ended without succeeding and why",
+		Example: "  ax audit shards nightly-import\n" +
+			"  ax audit shards nightly-import --limit 500 -o json",
+		Args: cobra.ExactArgs(1),
+		RunE: open.run(func(ctx context.Context, a *audit.Auditor, args []string) error {
+			r, err := a.Shards(ctx, args[0], limit)
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(r)
+			}
+			if t := r.Task; t != nil {
+				fmt.Fprintf(g.stdout, "Task %s  type %s  state %s\n", t.ID, t.Type, t.State)
+				if t.Reason != "" {
+					fmt.Fprintf(g.stdout, "Reason: %s\n", t.Reason)
+				}
+			} else {
+				fmt.Fprintf(g.stdout, "Task %s (its row was removed by retention)\n", r.Parent)
+			}
+			if r.Total == 0 {
+				fmt.Fprintln(g.stdout, "No shards mirrored: not a sharded task, its planner has not run yet, or the mirror is behind.")
+				return nil
+			}
+			fmt.Fprintf(g.stdout, "Shards: %s\n", auditShardStates(r.States))
+			if len(r.Failed) == 0 {
+				return nil
+			}
+			if n := r.FailedTotal(); n > len(r.Failed) {
+				fmt.Fprintf(g.stdout, "\nNot succeeded (first %d of %d):\n", len(r.Failed), n)
+			} else {
+				fmt.Fprintln(g.stdout, "\nNot succeeded:")
+			}
+			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "SHARD\tID\tSTATE\tATTEMPT\tFINISHED (UTC)\tERROR")
+			for _, s := range r.Failed {
+				fin := "-"
+				if s.FinishedAt != nil {
+					fin = s.FinishedAt.Format(auditTimeLayout)
+				}
+				why := s.LastError
+				if why == "" || s.State != "failed" {
+					why = s.Reason
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\n", s.Index, s.ID, s.State, s.Attempt, fin, auditOneLine(auditDash(why)))
+			}
+			return w.Flush()
+		}),
+	}
+	cmd.Flags().IntVar(&limit, "limit", audit.DefaultShardLimit, "largest number of shards listed")
+	return cmd
+}
+
+// auditShardStates renders shard counts as "10 in all: 8 succeeded, 2
+// failed", states in lifecycle order.
+func auditShardStates(states map[string]int) string {
+	var total int
+	var parts []string
+	seen := map[string]bool{}
+	for _, st := range task.States {
+		seen[string(st)] = true
+		if n := states[string(st)]; n > 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	var other []string
+	for st, n := range states {
+		if !seen[st] && n > 0 {
+			total += n
+			other = append(other, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	sort.Strings(other)
+	return fmt.Sprintf("%d in all: %s", total, strings.Join(append(parts, other...), ", "))
 }
 
 func auditFailuresCmd(g *globals, open auditOpener) *cobra.Command {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,95 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("ax mirror did not stop")
+	}
+}
+
+// TestAuditShardsCommand mirrors a sharded job two of whose shards fail,
+// then checks what `ax audit timeline` and `ax audit shards` show of it.
+func TestAuditShardsCommand(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	url := srv.URL()
+	testenv.Orchestrator(t, url, orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	ex := testenv.Executor(t, url, executor.Config{})
+	ex.HandleShards("split", executor.Sharded{
+		Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) { return make([]executor.Shard, 6), nil },
+		Shard: func(_ context.Context, j *executor.Job) (any, error) {
+			if j.ShardIndex == 1 || j.ShardIndex == 4 {
+				return nil, executor.Permanent(fmt.Errorf("shard %d broken", j.ShardIndex))
+			}
+			return j.ShardIndex, nil
+		},
+		Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
+			return s.Succeeded, nil
+		},
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, url)
+	dsn, db := mirrortest.DB(t)
+	ctx := testenv.Context(t, 60*time.Second)
+	stop, err := startMirror(ctx, testenv.Conn(t, url), dsn, *testenv.Logger(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop(context.Background()) })
+
+	parent := task.NewID()
+	if _, err := c.Submit(ctx, task.Spec{ID: parent, Type: "split", Shardable: true, MinShardSuccess: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, parent); err != nil || got.State != task.Succeeded {
+		t.Fatalf("sharded job: %+v, %v", got, err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the sharded job mirrored as finished", func() bool {
+		var state string
+		err := db.QueryRowContext(ctx, "SELECT state FROM ax_tasks WHERE id = ?", parent).Scan(&state)
+		return err == nil && state == "succeeded"
+	})
+
+	auditRun := func(args ...string) string {
+		t.Helper()
+		args = append([]string{"audit", "--mysql-dsn", dsn}, args...)
+		code, out, errOut := runCLI(ctx, args...)
+		if code != 0 {
+			t.Fatalf("ax %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+		}
+		return out
+	}
+	counts := "Shards: 6 in all: 4 succeeded, 2 failed"
+	if out := auditRun("timeline", parent); !strings.Contains(out, counts) {
+		t.Fatalf("parent timeline lacks %q:\n%s", counts, out)
+	}
+	if out := auditRun("timeline", task.ShardID(parent, 4)); !strings.Contains(out, "Shard of "+parent+" (#4)") || strings.Contains(out, "Shards:") {
+		t.Fatalf("shard timeline:\n%s", out)
+	}
+	var tl audit.Timeline
+	if err := json.Unmarshal([]byte(auditRun("-o", "json", "timeline", parent)), &tl); err != nil {
+		t.Fatal(err)
+	}
+	if tl.Shards["succeeded"] != 4 || tl.Shards["failed"] != 2 {
+		t.Fatalf("json timeline shards %v", tl.Shards)
+	}
+
+	out := auditRun("shards", parent)
+	t.Log("\n" + out)
+	for _, want := range []string{"state succeeded", counts, "Not succeeded:", task.ShardID(parent, 1), "shard 4 broken"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("shards lacks %q:\n%s", want, out)
+		}
+	}
+	if out := auditRun("shards", parent, "--limit", "1"); !strings.Contains(out, "Not succeeded (first 1 of 2)") || strings.Contains(out, "shard 4 broken") {
+		t.Fatalf("shards --limit 1:\n%s", out)
+	}
+	var r audit.ShardReport
+	if err := json.Unmarshal([]byte(auditRun("shards", parent, "-o", "json")), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Parent != parent || r.Total != 6 || len(r.Failed) != 2 || r.Failed[0].Index != 1 || r.Failed[1].LastError != "shard 4 broken" {
+		t.Fatalf("json shards %+v", r)
+	}
+	code, _, errOut := runCLI(ctx, "audit", "--mysql-dsn", dsn, "shards", task.ShardID(parent, 4))
+	if code == 0 || !strings.Contains(errOut, "not a sharded task") {
+		t.Fatalf("shards of a shard: %d %s", code, errOut)
 	}
 }

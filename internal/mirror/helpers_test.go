@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +130,11 @@ type workloadIDs struct {
 
 	neverStarted string // re-dispatched, then failed: no executor serves it
 	expired      string // its ttl passed while it ran
+	sharded      string // a demo.split job: planner, 4 shards (2 at a time), aggregator
 }
+
+// workloadShards is the number of shards of the workload's sharded job.
+const workloadShards = 4
 
 func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) workloadIDs {
 	t.Helper()
@@ -170,11 +175,12 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	w.cascade = e
 
 	// Newer paths: a delayed task, one nobody serves (re-dispatched, then
-	// failed without ever starting), one that expires while running.
+	// failed without ever starting), one that expires while running (its
+	// ttl leaves a loaded executor time to claim it first).
 	extra := []task.Spec{
 		{Type: demo.TypeNoop, Priority: 2, Delay: task.Duration(100 * time.Millisecond)},
 		{Type: demo.TypeNoop, Priority: 2, Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
-		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: 2, TTL: task.Duration(300 * time.Millisecond)},
+		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: 2, TTL: task.Duration(time.Second)},
 	}
 	for _, sp := range extra {
 		id, err := c.Submit(ctx, sp)
@@ -200,7 +206,7 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	}
 	for _, id := range w.all {
 		if _, err := c.Wait(ctx, id); err != nil {
-			t.Fatalf("wait %s: %v", id, err)
+			t.Fatalf("wait %s: %v; %s", id, err, describe(c, id))
 		}
 	}
 	// Re-drive one dead letter: it fails again, making a second series.
@@ -212,7 +218,35 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 		got, err := c.Get(ctx, w.redriven)
 		return err == nil && got.State == task.Failed && got.Redrives == 1
 	})
+	// A sharded job (shards with parent_id and shard_id, a shards_registered
+	// event, parked shards released as slots free up), after the rest so
+	// its shards do not hold up the tasks above that race their ttl.
+	split := task.Spec{Type: demo.TypeSplit, Payload: json.RawMessage(`{"shards":` + strconv.Itoa(workloadShards) + `,"size":10}`),
+		Priority: 2, Shardable: true, MaxParallelShards: 2}
+	if w.sharded, err = c.Submit(ctx, split); err != nil {
+		t.Fatal(err)
+	}
+	w.all = append(w.all, w.sharded)
+	if got, err := c.Wait(ctx, w.sharded); err != nil || got.State != task.Succeeded {
+		where := []string{describe(c, w.sharded)}
+		for i := range workloadShards {
+			where = append(where, fmt.Sprintf("shard %d: %s", i, describe(c, task.ShardID(w.sharded, i))))
+		}
+		t.Fatalf("sharded job %s: %v; %s", w.sharded, err, strings.Join(where, "; "))
+	}
 	return w
+}
+
+// describe says where a task is, for the message of a wait that timed out.
+func describe(c *sdk.Client, id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := c.Get(ctx, id)
+	if err != nil {
+		return "get: " + err.Error()
+	}
+	return fmt.Sprintf("type %s state %s phase %q parked %v attempt %d dispatches %d executor %q reason %q",
+		got.Type, got.State, got.Phase, got.Parked, got.Attempt, got.Dispatches, got.Executor, got.Reason)
 }
 
 // streamEvents reads every AX_TASKS message.
@@ -340,19 +374,26 @@ func checkMirror(t *testing.T, ctx context.Context, js jetstream.JetStream, db *
 		var attempt, redrives int
 		var lastSeq uint64
 		var finished sql.NullTime
+		var parent, shard sql.NullString
 		err := db.QueryRowContext(ctx, `SELECT state, attempt, COALESCE(execution_id,''), COALESCE(executor,''), redrives,
-			last_seq, finished_at, dependents FROM ax_tasks WHERE id = ?`, id).
-			Scan(&state, &attempt, &execID, &executor, &redrives, &lastSeq, &finished, &deps)
+			last_seq, finished_at, dependents, parent_id, shard_id FROM ax_tasks WHERE id = ?`, id).
+			Scan(&state, &attempt, &execID, &executor, &redrives, &lastSeq, &finished, &deps, &parent, &shard)
 		if err != nil {
 			t.Fatalf("task %s: %v", id, err)
 		}
 		var gotDeps []string
 		_ = json.Unmarshal([]byte(deps), &gotDeps)
+		// A shard has its parent and index; any other task NULL in both.
+		wantShard := sql.NullString{}
+		if want.IsShard() {
+			wantShard = sql.NullString{String: strconv.Itoa(want.ShardIndex), Valid: true}
+		}
 		if state != string(want.State) || attempt != want.Attempt || execID != want.ExecutionID || executor != want.Executor ||
 			redrives != want.Redrives || lastSeq != r.Seq || finished.Valid != (want.FinishedAt != nil) ||
-			strings.Join(gotDeps, ",") != strings.Join(want.Dependents, ",") {
-			t.Fatalf("task %s row: state=%s attempt=%d exec=%s executor=%s redrives=%d last_seq=%d finished=%v dependents=%v\nwant %+v at seq %d",
-				id, state, attempt, execID, executor, redrives, lastSeq, finished.Valid, gotDeps, want, r.Seq)
+			strings.Join(gotDeps, ",") != strings.Join(want.Dependents, ",") ||
+			parent != (sql.NullString{String: want.Parent, Valid: want.IsShard()}) || shard != wantShard {
+			t.Fatalf("task %s row: state=%s attempt=%d exec=%s executor=%s redrives=%d last_seq=%d finished=%v dependents=%v parent=%v shard=%v\nwant %+v at seq %d",
+				id, state, attempt, execID, executor, redrives, lastSeq, finished.Valid, gotDeps, parent, shard, want, r.Seq)
 		}
 	}
 

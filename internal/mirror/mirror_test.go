@@ -74,6 +74,31 @@ func TestMirrorWorkload(t *testing.T) {
 			state != "failed" || !strings.Contains(lastErr, "simulated downstream outage") {
 			t.Fatalf("dead letter: %s %q %v", state, lastErr, err)
 		}
+		// The sharded job: each shard names it as parent, with its index.
+		srows, err := db.QueryContext(ctx, "SELECT id, shard_id, state FROM ax_tasks WHERE parent_id = ? ORDER BY CAST(shard_id AS UNSIGNED)", w.sharded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var shards []string
+		for srows.Next() {
+			var id, n, st string
+			if err := srows.Scan(&id, &n, &st); err != nil {
+				t.Fatal(err)
+			}
+			if id != task.ShardID(w.sharded, len(shards)) || n != strconv.Itoa(len(shards)) {
+				t.Fatalf("shard row %s has shard_id %s, want %d", id, n, len(shards))
+			}
+			shards = append(shards, st)
+		}
+		srows.Close()
+		if len(shards) != workloadShards || slices.ContainsFunc(shards, func(st string) bool { return st != "succeeded" }) {
+			t.Fatalf("shards of %s: %v", w.sharded, shards)
+		}
+		var registered int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_events WHERE task_id = ? AND kind = ?", w.sharded, task.KindShardsRegistered).
+			Scan(&registered); err != nil || registered != 1 {
+			t.Fatalf("shards_registered events of %s: %d, %v", w.sharded, registered, err)
+		}
 		// Claims are written by the executor, everything else by the orchestrator.
 		var executorActors int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_events WHERE to_state = 'running' AND actor NOT LIKE 'executor-%'").Scan(&executorActors); err != nil || executorActors != 0 {

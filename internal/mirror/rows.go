@@ -3,6 +3,7 @@ package mirror
 import (
 	"encoding/json"
 	"sort"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -75,9 +76,13 @@ type taskRow struct {
 	StateSince time.Time
 	DependsOn  string // JSON array
 	Dependents string // JSON array
-	ParentID   string // reserved; always NULL for now
-	ShardID    string // reserved; always NULL for now
-	LastSeq    uint64
+	// ParentID is a shard's parent task ("" → NULL for any other task).
+	ParentID string
+	// ShardID is a shard's index in its parent's plan as a decimal string
+	// ("0", "1"…; "" → NULL for any other task). Sort by it numerically
+	// with CAST(shard_id AS UNSIGNED).
+	ShardID string
+	LastSeq uint64
 }
 
 // attemptRow is what one event says about an execution attempt.
@@ -147,6 +152,10 @@ func taskRowOf(r record) taskRow {
 		DependsOn:   jsonList(t.DependsOn),
 		Dependents:  jsonList(t.Dependents),
 		LastSeq:     r.Seq,
+	}
+	if t.IsShard() {
+		row.ParentID = t.Parent
+		row.ShardID = strconv.Itoa(t.ShardIndex)
 	}
 	if n := len(t.Errors); n > 0 {
 		row.LastError = clipBytes(t.Errors[n-1].Error, maxTextBytes)

@@ -165,6 +165,30 @@ func TestTaskRowOfFields(t *testing.T) {
 	}
 }
 
+func TestTaskRowOfShards(t *testing.T) {
+	sharding := &task.Sharding{PlanRef: task.PlanRef{Object: "plans/P/EX1", Shards: 12}, Registered: true}
+	cases := []struct {
+		name          string
+		mod           func(*task.Task)
+		parent, shard string
+	}{
+		{"plain task", nil, "", ""},
+		{"parent", func(t *task.Task) { t.Shardable, t.Phase, t.Sharding = true, task.PhaseShards, sharding }, "", ""},
+		{"shard 0", func(t *task.Task) { t.ID, t.Parent = task.ShardID("P", 0), "P" }, "P", "0"},
+		{"shard 11", func(t *task.Task) { t.ID, t.Parent, t.ShardIndex = task.ShardID("P", 11), "P", 11 }, "P", "11"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			snap := snapshot(task.Waiting, c.mod)
+			ev := task.Event{Kind: task.KindTransition, To: task.Waiting, At: at(time.Second), Task: snap}
+			row := taskRowOf(record{Seq: 7, TaskID: snap.ID, Event: ev})
+			if row.ParentID != c.parent || row.ShardID != c.shard {
+				t.Fatalf("parent_id %q shard_id %q, want %q %q", row.ParentID, row.ShardID, c.parent, c.shard)
+			}
+		})
+	}
+}
+
 func TestBuildBatch(t *testing.T) {
 	ready := func(seq uint64, id string, readyAt time.Time, state task.State) record {
 		return record{Seq: seq, TaskID: id, Event: task.Event{Kind: task.KindTransition, To: state, At: readyAt,
