@@ -159,6 +159,9 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 	if t.DispatchTimeout > 0 {
 		kinds = append(kinds, subject.TimerDispatch)
 	}
+	if t.Sharding != nil || len(t.DependsOn) > task.WideFanIn {
+		kinds = append(kinds, subject.TimerFanIn)
+	}
 	for _, k := range kinds {
 		if err := o.cancelTimer(ctx, k, t.ID); err != nil {
 			return err
@@ -317,7 +320,13 @@ func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, ups
 		}
 	}
 	n, err := o.fanin.Count(ctx, waiter.ID)
-	return n >= len(waiter.DependsOn), err
+	if err != nil {
+		return false, err
+	}
+	if n < len(waiter.DependsOn) {
+		return false, o.fanInIncomplete(ctx, waiter.ID, n, len(waiter.DependsOn), false)
+	}
+	return true, nil
 }
 
 // registerDependent adds child to up's dependents (once) and returns up's

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -76,7 +77,7 @@ func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error
 		}
 		parent = cur
 	}
-	return o.checkFanIn(ctx, parent, "")
+	return o.checkFanIn(ctx, parent, "", false)
 }
 
 // registerShards creates every shard of the parent's plan; existing ones
@@ -201,7 +202,7 @@ func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
 	if t.State != task.Succeeded && parent.MinShardSuccess == 0 {
 		return o.failParent(ctx, parent.ID, t.ID, fmt.Sprintf("shard %s is %s: %s", t.ID, t.State, out.Error))
 	}
-	return o.checkFanIn(ctx, parent, t.ID)
+	return o.checkFanIn(ctx, parent, t.ID, false)
 }
 
 // markShard writes a finished shard's fan-in marker (once).
@@ -271,15 +272,23 @@ func (o *Orchestrator) releaseSlot(ctx context.Context, id string) error {
 // succeeded.
 // parent is a record read after the end being applied (the move itself is
 // a compare-and-set on a fresh read); by names the shard whose end is being
-// applied ("" from registration).
-func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by string) error {
+// applied ("" from registration or a re-count). exact counts the markers
+// one by one instead of reading the counting consumer (see fanIncomplete).
+func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by string, exact bool) error {
 	if parent.State != task.Waiting || parent.Phase != task.PhaseShards {
 		return nil
 	}
 	id := parent.ID
-	done, err := o.fanin.Count(ctx, id)
-	if err != nil || done < parent.Sharding.Shards {
+	count := o.fanin.Count
+	if exact {
+		count = o.fanin.CountExact
+	}
+	done, err := count(ctx, id)
+	if err != nil {
 		return err
+	}
+	if done < parent.Sharding.Shards {
+		return o.fanInIncomplete(ctx, id, done, parent.Sharding.Shards, exact)
 	}
 	succeeded, err := o.fanin.CountState(ctx, id, task.Succeeded)
 	if err != nil {
@@ -370,6 +379,65 @@ func (o *Orchestrator) cancelShards(ctx context.Context, parent task.Task) error
 	}
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("cancel shards of %s: %w", parent.ID, err)
+	}
+	return nil
+}
+
+// Re-counting a fan-in: the fast count may read a member short (see
+// fanin.Markers.Count), so when a fan-in looks nearly complete, or a
+// re-count finds it still open, a durable timer re-counts exactly a little
+// later. The timer is one schedule per waiter: each arming replaces the
+// last, so a burst of completions costs one re-count.
+const (
+	// fanInRecountWindow: a fast count this close to the total arms a re-count.
+	fanInRecountWindow = 1024
+	fanInRecountAfter  = time.Second
+	// fanInRecountIdle: while a re-count finds members unfinished, the
+	// next one follows this much later (a safety net; completions near
+	// the end re-arm it sooner).
+	fanInRecountIdle = 10 * time.Second
+)
+
+// fanInIncomplete arms the re-count of a waiter whose count is done of total.
+func (o *Orchestrator) fanInIncomplete(ctx context.Context, waiter string, done, total int, exact bool) error {
+	after := fanInRecountAfter
+	switch {
+	case exact:
+		after = fanInRecountIdle
+	case done < total-fanInRecountWindow:
+		return nil
+	}
+	return o.armTimer(ctx, subject.TimerFanIn, timerFire{ID: waiter, At: o.now().Add(after)})
+}
+
+// fireFanIn re-counts a fan-in exactly: a sharded parent moves on if every
+// shard ended; a wide fan-in task is released if every upstream succeeded.
+// A parent that already moved on has the effects of its move ensured (a
+// crash may have cut them).
+func (o *Orchestrator) fireFanIn(ctx context.Context, f timerFire) error {
+	t, rev, err := o.store.Get(ctx, f.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case t.Sharding != nil && t.State == task.Waiting && t.Phase == task.PhaseShards:
+		return o.checkFanIn(ctx, t, "", true)
+	case t.Sharding != nil:
+		return o.ensureEffects(ctx, t, rev)
+	case t.State == task.Waiting && len(t.DependsOn) > task.WideFanIn:
+		if err := o.resolveWaiting(ctx, t, rev, false); err != nil {
+			return err
+		}
+		if cur, _, err := o.store.Get(ctx, f.ID); err == nil && cur.State == task.Waiting {
+			n, err := o.fanin.CountExact(ctx, f.ID)
+			if err != nil {
+				return err
+			}
+			return o.fanInIncomplete(ctx, f.ID, n, len(cur.DependsOn), true)
+		}
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
@@ -601,5 +602,45 @@ func TestShardsPlannerOverrides(t *testing.T) {
 		if err != nil || string(sh.Result) != w {
 			t.Errorf("shard %d ran as %s (%v), want %s", i, sh.Result, err, w)
 		}
+	}
+}
+
+// The fast fan-in count can read a member short; a re-count timer counts
+// exactly. Here every marker exists but no completion moved the parent on:
+// the re-count does.
+func TestFanInRecountMovesStuckParent(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	nc := testenv.Conn(t, srv.URL())
+	js, _ := jetstream.New(nc)
+	st, err := store.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	markers, err := fanin.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := task.New("split", nil)
+	s.ID, s.Shardable = "stuck", true
+	now := time.Now().UTC()
+	parent := task.Task{Spec: s, State: task.Waiting, Phase: task.PhaseShards, SubmittedAt: now, UpdatedAt: now,
+		Sharding: &task.Sharding{PlanRef: task.PlanRef{Object: "plans/stuck/x", Shards: 3}, Registered: true}}
+	if _, err := st.Write(ctx, task.Event{Kind: task.KindTransition, To: task.Waiting, At: now, Actor: "test", Task: parent}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := markers.Mark(ctx, "stuck", fmt.Sprint(i), task.MemberOutcome{Index: i, ID: task.ShardID("stuck", i), State: task.Succeeded}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fire, _ := json.Marshal(map[string]any{"id": "stuck", "kind": "fanin", "at": now})
+	publishRaw(t, nc, subject.Fire(subject.TimerFanIn, "stuck"), fire)
+	got, err := c.Wait(ctx, "stuck")
+	if err != nil || got.State != task.Succeeded || string(got.Result) != `{"shards":3,"succeeded":3,"not_succeeded":0}` {
+		t.Fatalf("%+v, %v", got, err)
 	}
 }

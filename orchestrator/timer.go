@@ -83,6 +83,8 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 		return o.fireDispatch(ctx, f)
 	case subject.TimerSchedule:
 		return o.fireSchedule(ctx, f)
+	case subject.TimerFanIn:
+		return o.fireFanIn(ctx, f)
 	default:
 		o.log.Warn().Str("kind", f.Kind).Str("task_id", f.ID).Msg("dropping timer of unknown kind")
 		return nil

@@ -71,7 +71,9 @@ func (m *Markers) Ended(ctx context.Context, waiter, member string) (bool, error
 
 // Count returns how many members of waiter ended: the pending count of the
 // waiter's counting consumer, created on first use. Its cost does not
-// depend on the number of members.
+// depend on the number of members, but it may lag: the server updates the
+// count just after it acknowledges a marker, so a member that ended last
+// can read one short. CountExact does not lag.
 func (m *Markers) Count(ctx context.Context, waiter string) (int, error) {
 	name := subject.FanInConsumer(waiter)
 	for range 2 {
@@ -107,11 +109,22 @@ func (m *Markers) Forget(ctx context.Context, waiter string) error {
 	return nil
 }
 
-// CountState returns how many members of waiter ended in state. It costs
-// one short-lived consumer whose creation counts the matching markers.
+// CountExact returns how many members of waiter ended, counted by the
+// server as a short-lived consumer is created: exact, at a cost that grows
+// with the number of members (for a final check, not every completion).
+func (m *Markers) CountExact(ctx context.Context, waiter string) (int, error) {
+	return m.countFiltered(ctx, waiter, subject.FanInWaiter(waiter))
+}
+
+// CountState returns how many members of waiter ended in state, exactly
+// (see CountExact).
 func (m *Markers) CountState(ctx context.Context, waiter string, state task.State) (int, error) {
+	return m.countFiltered(ctx, waiter, subject.FanInState(waiter, string(state)))
+}
+
+func (m *Markers) countFiltered(ctx context.Context, waiter, filter string) (int, error) {
 	cons, done, err := scan.Open(ctx, m.js, subject.StreamFanIn, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.FanInState(waiter, string(state))},
+		FilterSubjects: []string{filter},
 	})
 	if err != nil {
 		return 0, err
@@ -119,7 +132,7 @@ func (m *Markers) CountState(ctx context.Context, waiter string, state task.Stat
 	defer done()
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("count %s members of %s: %w", state, waiter, err)
+		return 0, fmt.Errorf("count %s of %s: %w", filter, waiter, err)
 	}
 	return int(info.NumPending), nil
 }

@@ -178,6 +178,10 @@ const (
 	TimerDispatch TimerKind = "dispatch"
 	// TimerSchedule fires a recurring schedule.
 	TimerSchedule TimerKind = "schedule"
+	// TimerFanIn re-counts a fan-in exactly: the consumer pending count
+	// behind the fast count is updated just after a marker is stored, so
+	// the member that ends last may read one short.
+	TimerFanIn TimerKind = "fanin"
 )
 
 // Timer is the schedule subject of a task's timer of a kind (one per kind).
