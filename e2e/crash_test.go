@@ -331,9 +331,18 @@ func TestServerAndExecutorKill9(t *testing.T) {
 		t.Fatalf("%s did not end within 20s of worker-b's start (%v); it is %s, run by nobody:\n%s\n%s",
 			victim, err, now.State, describe(h), streamState(js))
 	}
-	if got.State != task.Succeeded || got.Executor != "worker-b" || countTransitions(h, task.Running, task.Running) != 1 ||
+	// The killed server may have lost worker-a's claim (it had not flushed
+	// it): then worker-b claims the task afresh instead of taking it over.
+	takeovers := 0
+	for _, ev := range h {
+		if ev.Event.To == task.Running && ev.Event.Task.Executor == "worker-a" {
+			takeovers = 1
+		}
+	}
+	if got.State != task.Succeeded || got.Executor != "worker-b" || countTransitions(h, task.Running, task.Running) != takeovers ||
 		countTransitions(h, task.Running, task.Succeeded) != 1 {
-		t.Errorf("%s ended %s on %s, want succeeded after worker-b took it over\n%s", victim, got.State, got.Executor, describe(h))
+		t.Errorf("%s ended %s on %s, want succeeded after worker-b took it over (or claimed it, if the server lost worker-a's claim)\n%s",
+			victim, got.State, got.Executor, describe(h))
 	}
 }
 
