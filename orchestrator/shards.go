@@ -45,7 +45,7 @@ func (o *Orchestrator) planned(t task.Task, r task.Report) (task.Task, string) {
 	}
 	t.State = task.Waiting
 	t.Phase = task.PhaseShards
-	t.Sharding = &task.Sharding{PlanRef: *r.Plan}
+	t.Sharding = &task.Sharding{PlanRef: *r.Plan, PlannedAt: now}
 	t.UpdatedAt = now
 	return t, fmt.Sprintf("attempt %d planned %d shards", t.Attempt, r.Plan.Shards)
 }

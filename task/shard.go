@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Limits of dynamic sharding.
@@ -61,6 +62,9 @@ type PlanRef struct {
 // Sharding is a shardable task's fan-out state, set when its plan is applied.
 type Sharding struct {
 	PlanRef
+	// PlannedAt is when the plan was applied: the task has waited for its
+	// shards since.
+	PlannedAt time.Time `json:"planned_at"`
 	// Registered is set once every shard task exists.
 	Registered bool `json:"registered,omitempty"`
 	// EndedBy is the shard whose end moved the task out of its shard

@@ -178,6 +178,9 @@ func stateSince(ev task.Event) time.Time {
 	switch t.State {
 	case task.Waiting:
 		p = &t.SubmittedAt
+		if t.Sharding != nil && t.Phase == task.PhaseShards {
+			p = &t.Sharding.PlannedAt // waiting for its shards since its plan
+		}
 	case task.Ready:
 		p = t.ReadyAt
 	case task.Running:

@@ -139,6 +139,9 @@ func TestTaskRowOfStateSince(t *testing.T) {
 			t.StartedAt = ptr(at(5 * time.Second))
 		}, at(5 * time.Second)},
 		{"missing timestamp falls back to the event time", task.KindTransition, task.Ready, nil, at(9 * time.Second)},
+		{"waiting for shards: since the plan", task.KindShardsRegistered, task.Waiting, func(t *task.Task) {
+			t.Phase, t.Sharding = task.PhaseShards, &task.Sharding{PlannedAt: at(8 * time.Second)}
+		}, at(8 * time.Second)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
