@@ -2,6 +2,7 @@ package orchestrator_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"strings"
 	"testing"
@@ -239,6 +240,40 @@ func TestTimersSurviveRestarts(t *testing.T) {
 		got, err := c.Wait(ctx, id)
 		if err != nil || got.State != want {
 			t.Fatalf("%s: %+v %v; want %s", id, got, err, want)
+		}
+	}
+}
+
+// A start time only a few milliseconds ahead is fired at once (too close to
+// schedule), so the fire lands before the start time: the task must still
+// be released, not left waiting.
+func TestStartTimeJustAhead(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	testenv.Start(t, okExecutor(t, srv.URL(), executor.Config{}))
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	var ids []string
+	for i := range 20 {
+		s := newSpec(fmt.Sprint("soon-", i), "ok")
+		at := time.Now().Add(time.Duration(20+i) * time.Millisecond).UTC()
+		s.RunAt = &at
+		if _, err := c.Submit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.ID)
+	}
+	for _, id := range ids {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		got, err := c.Wait(wctx, id)
+		cancel()
+		if err != nil || got.State != task.Succeeded {
+			now, _ := c.Get(ctx, id)
+			t.Fatalf("%s: %v; it is %s: %s", id, err, now.State, now.Reason)
+		}
+		if got.StartedAt.Before(*got.StartAt) {
+			t.Fatalf("%s started at %s, before its run_at %s", id, got.StartedAt, got.StartAt)
 		}
 	}
 }

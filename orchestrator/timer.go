@@ -140,8 +140,27 @@ func (o *Orchestrator) fireStart(ctx context.Context, f timerFire) error {
 	if t.State != task.Waiting {
 		return nil
 	}
+	if t.StartAt != nil {
+		// A timer that fires before the start time (clock steps, or the
+		// server's schedule precision) must not be lost: wait out a short
+		// gap, re-arm a long one.
+		switch wait := t.StartAt.Sub(o.now()); {
+		case wait > startTimerSlack:
+			return o.armTimer(ctx, subject.TimerStart, timerFire{ID: t.ID, At: *t.StartAt})
+		case wait > 0:
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 	return o.resolveWaiting(ctx, t, rev, false)
 }
+
+// startTimerSlack is the longest a start timer that fired early is waited
+// out in place rather than re-armed.
+const startTimerSlack = 250 * time.Millisecond
 
 // fireDeadline expires a task that has not finished by its deadline,
 // wherever it is; a running handler is told to stop.
