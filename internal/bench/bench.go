@@ -192,54 +192,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer srv.Stop()
 		url = srv.URL()
 	}
-	var conns []*nats.Conn
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
-	connect := func() (*nats.Conn, error) {
-		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-		if err == nil {
-			conns = append(conns, nc)
-		}
-		return nc, err
-	}
-	onc, err := connect()
-	if err != nil {
-		return res, err
-	}
-	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log})
-	if err != nil {
-		return res, err
-	}
-	if err := orch.Start(ctx); err != nil {
-		return res, err
-	}
-	defer orch.Stop(context.Background())
-
 	var rec atomicRecorder
-	enc, err := connect()
-	if err != nil {
-		return res, err
-	}
-	ex, err := executor.New(enc, executor.Config{ID: "bench-executor", Capacity: cfg.Capacity, Logger: &log})
-	if err != nil {
-		return res, err
-	}
-	ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
-		var p payload
-		if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
-			if r := rec.get(); r != nil {
-				r.started(p)
+	st, err := startStack(ctx, url, cfg.Capacity, log, func(ex *executor.Executor) {
+		ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
+			var p payload
+			if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
+				if r := rec.get(); r != nil {
+					r.started(p)
+				}
 			}
-		}
-		return nil, nil
+			return nil, nil
+		})
 	})
-	if err := ex.Start(ctx); err != nil {
+	if err != nil {
 		return res, err
 	}
-	defer ex.Stop(context.Background())
+	defer st.close()
+	connect := st.connect
 
 	wnc, err := connect()
 	if err != nil {
@@ -464,5 +433,65 @@ func phase(name string, n int, elapsed time.Duration, r *recorder) Phase {
 		SubmitToStart:   percentiles(r.start),
 		SubmitToDone:    percentiles(r.done),
 		DelayedLateness: percentiles(r.late),
+	}
+}
+
+// stack is an orchestrator and an executor running in this process against
+// a server, plus the connections a bench opens; close stops and closes all.
+type stack struct {
+	url   string
+	orch  *orchestrator.Orchestrator
+	ex    *executor.Executor
+	conns []*nats.Conn
+}
+
+// startStack starts an orchestrator and an executor whose handlers
+// register installs.
+func startStack(ctx context.Context, url string, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
+	st := &stack{url: url}
+	onc, err := st.connect()
+	if err != nil {
+		return st, err
+	}
+	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log}); err == nil {
+		err = st.orch.Start(ctx)
+	}
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	enc, err := st.connect()
+	if err == nil {
+		st.ex, err = executor.New(enc, executor.Config{ID: "bench-executor", Capacity: capacity, Logger: &log})
+	}
+	if err == nil {
+		register(st.ex)
+		err = st.ex.Start(ctx)
+	}
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// connect opens a connection that close closes.
+func (s *stack) connect() (*nats.Conn, error) {
+	nc, err := nats.Connect(s.url, nats.MaxReconnects(-1))
+	if err == nil {
+		s.conns = append(s.conns, nc)
+	}
+	return nc, err
+}
+
+func (s *stack) close() {
+	if s.ex != nil {
+		_ = s.ex.Stop(context.Background())
+	}
+	if s.orch != nil {
+		_ = s.orch.Stop(context.Background())
+	}
+	for _, nc := range s.conns {
+		nc.Close()
 	}
 }

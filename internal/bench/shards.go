@@ -6,12 +6,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
-	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -83,59 +81,29 @@ func shardsRun(ctx context.Context, cfg ShardsConfig, n int) (ShardsRun, error) 
 		return res, err
 	}
 	defer srv.Stop()
-	var conns []*nats.Conn
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
-	connect := func() (*nats.Conn, error) {
-		nc, err := nats.Connect(srv.URL(), nats.MaxReconnects(-1))
-		if err == nil {
-			conns = append(conns, nc)
-		}
-		return nc, err
-	}
-	onc, err := connect()
-	if err != nil {
-		return res, err
-	}
-	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log})
-	if err != nil {
-		return res, err
-	}
-	if err := orch.Start(ctx); err != nil {
-		return res, err
-	}
-	defer orch.Stop(context.Background())
-	enc, err := connect()
-	if err != nil {
-		return res, err
-	}
-	ex, err := executor.New(enc, executor.Config{ID: "bench-executor", Capacity: cfg.Capacity, Logger: &log})
-	if err != nil {
-		return res, err
-	}
-	ex.HandleShards(TypeShards, executor.Sharded{
-		Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
-			shards := make([]executor.Shard, n)
-			for i := range shards {
-				shards[i].Payload = i
-			}
-			return shards, nil
-		},
-		Shard: func(context.Context, *executor.Job) (any, error) { return nil, nil },
-		Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
-			if s.Succeeded != n {
-				return nil, fmt.Errorf("%d of %d shards succeeded", s.Succeeded, n)
-			}
-			return s.Succeeded, nil
-		},
+	st, err := startStack(ctx, srv.URL(), cfg.Capacity, log, func(ex *executor.Executor) {
+		ex.HandleShards(TypeShards, executor.Sharded{
+			Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
+				shards := make([]executor.Shard, n)
+				for i := range shards {
+					shards[i].Payload = i
+				}
+				return shards, nil
+			},
+			Shard: func(context.Context, *executor.Job) (any, error) { return nil, nil },
+			Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
+				if s.Succeeded != n {
+					return nil, fmt.Errorf("%d of %d shards succeeded", s.Succeeded, n)
+				}
+				return s.Succeeded, nil
+			},
+		})
 	})
-	if err := ex.Start(ctx); err != nil {
+	if err != nil {
 		return res, err
 	}
-	defer ex.Stop(context.Background())
+	defer st.close()
+	orch, connect := st.orch, st.connect
 	cnc, err := connect()
 	if err != nil {
 		return res, err
