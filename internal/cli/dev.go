@@ -33,6 +33,7 @@ func devCmd(g *globals) *cobra.Command {
 		port     int
 		exit     bool
 		dsn      string
+		console  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -47,18 +48,19 @@ A progress line shows tasks per state; a summary follows. The server keeps
 running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn))
+			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn), console)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&storeDir, "store", ".ax-dev", "JetStream store directory (kept across runs)")
 	f.IntVar(&port, "port", devDefaultPort, "NATS port (a free one is used if it is taken)")
 	f.BoolVar(&exit, "exit", false, "exit after the summary instead of keeping the server up")
+	f.StringVar(&console, "console-addr", defaultConsoleAddr, "serve the web console here (a free port if taken; \"off\" for none)")
 	f.StringVar(&dsn, "mysql-dsn", "", "also mirror every event into MySQL (default: env "+envMySQLDSN+"); try ax audit afterwards")
 	return cmd
 }
 
-func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn string) error {
+func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn, consoleAddr string) error {
 	log := g.logger()
 	if g.logLevel == "info" {
 		log = log.Level(zerolog.WarnLevel) // keep the progress display readable
@@ -138,6 +140,12 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	client, err := sdk.New(ctx, cnc)
 	if err != nil {
 		return err
+	}
+	if consoleURL, stopConsole, err := startDevConsole(ctx, client, consoleAddr, dsn, log); err != nil {
+		return err
+	} else if stopConsole != nil {
+		defer stopConsole()
+		fmt.Fprintf(g.stdout, "  web console at %s\n", consoleURL)
 	}
 	js, _ := jetstream.New(cnc)
 	run := "demo-" + strings.ToLower(nuid.Next()[16:])

@@ -1,0 +1,228 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/mirror"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// chartWindow is how far back the overview's charts reach.
+const chartWindow = 30 * time.Minute
+
+// Overview is the live state shown on the console's first page (and
+// served as JSON at /api/overview).
+type Overview struct {
+	At time.Time `json:"at"`
+	// Source is "mysql" when States and the charts come from the mirror.
+	Source string `json:"source"`
+	// States counts tasks per state (mirror only; nil without it).
+	States map[string]int `json:"states,omitempty"`
+	// Tasks is the number of task histories in AX_TASKS.
+	Tasks uint64 `json:"tasks"`
+	// Queues are the streams' backlogs: submissions and reports not yet
+	// handled, held tasks, dead letters, pending timers.
+	Queues   map[string]uint64 `json:"queues"`
+	Backlog  []BacklogRow      `json:"backlog"`
+	Series   Series            `json:"series"`
+	Executor []ExecutorRow     `json:"executors"`
+	Pauses   []PauseRow        `json:"pauses"`
+	Breakers []BreakerRow      `json:"breakers"`
+	// MirrorLag is nil without a mirror.
+	MirrorLag *LagRow `json:"mirror_lag,omitempty"`
+	// Recent are the newest audit events (operators, pauses, breakers).
+	Recent []task.AuditEvent `json:"recent"`
+	// Errors lists parts that could not be read.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// BacklogRow is the undelivered dispatches of one capability and priority.
+type BacklogRow struct {
+	Capability string `json:"capability"`
+	Priority   int    `json:"priority"`
+	Pending    uint64 `json:"pending"`
+	// OldestAge is how long the oldest undelivered dispatch has waited.
+	OldestAge time.Duration `json:"oldest_age"`
+}
+
+// PauseRow is a pause switch ("" type: every type).
+type PauseRow struct {
+	Type string `json:"type"`
+	task.Pause
+}
+
+// BreakerRow is a task type's circuit breaker.
+type BreakerRow struct {
+	Type string `json:"type"`
+	sdk.BreakerStatus
+}
+
+// LagRow is how far the mirror is behind.
+type LagRow struct {
+	Pending uint64        `json:"pending"`
+	Age     time.Duration `json:"age"`
+}
+
+// overview returns the cached overview, computing it when older than the TTL.
+func (s *Server) overview(ctx context.Context) (*Overview, error) {
+	s.ovMu.Lock()
+	defer s.ovMu.Unlock()
+	if s.ov != nil && s.now().Sub(s.ov.At) < s.cfg.OverviewTTL {
+		return s.ov, s.ovErr
+	}
+	s.ov, s.ovErr = s.computeOverview(ctx)
+	return s.ov, s.ovErr
+}
+
+func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	now := s.now()
+	ov := &Overview{At: now, Source: "jetstream", Queues: map[string]uint64{}}
+	note := func(what string, err error) {
+		if err != nil {
+			ov.Errors = append(ov.Errors, what+": "+err.Error())
+		}
+	}
+	for _, name := range []string{subject.StreamSubmit, subject.StreamCompleted, subject.StreamHeld, subject.StreamDLQ, subject.StreamTimers, subject.StreamTasks, subject.StreamRejected} {
+		st, err := s.js.Stream(ctx, name)
+		if err != nil {
+			note(name, err)
+			continue
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			note(name, err)
+			continue
+		}
+		if name == subject.StreamTasks {
+			ov.Tasks = info.State.NumSubjects
+			continue
+		}
+		ov.Queues[name] = info.State.Msgs
+	}
+	var err error
+	ov.Backlog, err = s.backlog(ctx, now)
+	note("ready backlog", err)
+	gates, err := s.c.Gates(ctx)
+	note("gates", err)
+	if gates != nil {
+		for typ, p := range gates.Pauses {
+			ov.Pauses = append(ov.Pauses, PauseRow{Type: typ, Pause: p})
+		}
+		sort.Slice(ov.Pauses, func(i, j int) bool { return ov.Pauses[i].Type < ov.Pauses[j].Type })
+		for typ, b := range gates.Breakers {
+			ov.Breakers = append(ov.Breakers, BreakerRow{Type: typ, BreakerStatus: b})
+		}
+		sort.Slice(ov.Breakers, func(i, j int) bool { return ov.Breakers[i].Type < ov.Breakers[j].Type })
+	}
+	ov.Recent, err = s.c.AuditEvents(ctx, 12)
+	note("audit events", err)
+	for i, j := 0, len(ov.Recent)-1; i < j; i, j = i+1, j-1 {
+		ov.Recent[i], ov.Recent[j] = ov.Recent[j], ov.Recent[i]
+	}
+	ov.Executor = s.watch.executorRows()
+	ov.Series = s.watch.series(chartWindow)
+	if s.cfg.Auditor != nil {
+		ov.Source = "mysql"
+		ov.States, err = s.cfg.Auditor.StateCounts(ctx)
+		note("task counts (MySQL)", err)
+		if pts, err := s.cfg.Auditor.Throughput(ctx, now.Add(-chartWindow), bucketSize); err == nil {
+			series := newSeries(now, chartWindow)
+			for _, p := range pts {
+				series.add(p.Type, p.Bucket.Unix(), p.Succeeded, p.Failed)
+			}
+			sort.Strings(series.Types)
+			ov.Series = series
+		} else {
+			note("throughput (MySQL)", err)
+		}
+		if l, err := mirror.ConsumerLag(ctx, s.js, now); err == nil {
+			ov.MirrorLag = &LagRow{Pending: l.Pending + uint64(l.InFlight), Age: l.Age}
+		} else {
+			note("mirror lag", err)
+		}
+	}
+	return ov, nil
+}
+
+// backlog reads, for every capability and priority with dispatches, the
+// ready consumer's undelivered count and the age of its oldest message:
+// two requests per non-empty subject, whatever the number of tasks.
+func (s *Server) backlog(ctx context.Context, now time.Time) ([]BacklogRow, error) {
+	st, err := s.js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("task.ready.>"))
+	if err != nil {
+		return nil, err
+	}
+	var out []BacklogRow
+	for subj := range info.State.Subjects {
+		prio, ok := subject.ReadyLevel(subj)
+		if !ok {
+			continue
+		}
+		capability := strings.TrimPrefix(subj[:strings.LastIndex(subj, ".p")], "task.ready.")
+		row := BacklogRow{Capability: capability, Priority: prio}
+		start := uint64(1)
+		if ci, err := st.Consumer(ctx, subject.ReadyConsumer(capability, prio)); err == nil {
+			if cinfo, err := ci.Info(ctx); err == nil {
+				row.Pending = cinfo.NumPending
+				start = cinfo.Delivered.Stream + 1
+			}
+		} else {
+			row.Pending = info.State.Subjects[subj] // nobody consumes it yet
+		}
+		if row.Pending == 0 {
+			continue
+		}
+		if msg, err := st.GetMsg(ctx, start, jetstream.WithGetMsgSubject(subj)); err == nil {
+			row.OldestAge = max(now.Sub(msg.Time), 0)
+		}
+		out = append(out, row)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Capability != out[j].Capability {
+			return out[i].Capability < out[j].Capability
+		}
+		return out[i].Priority < out[j].Priority
+	})
+	return out, nil
+}
+
+func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request, v *visit) {
+	ov, err := s.overview(r.Context())
+	if err != nil {
+		s.fail(w, r, v, http.StatusBadGateway, "Overview unavailable", err.Error())
+		return
+	}
+	data := map[string]any{"Title": "Overview", "O": ov, "States": task.States}
+	switch part := r.URL.Query().Get("part"); part {
+	case "":
+		s.render(w, r, v, http.StatusOK, "overview", data)
+	case "live":
+		s.renderPart(w, r, v, "overview", part, data)
+	default:
+		s.fail(w, r, v, http.StatusBadRequest, "Bad request", "There is no part "+strconv.Quote(part)+" of the overview.")
+	}
+}
+
+func (s *Server) handleOverviewJSON(w http.ResponseWriter, r *http.Request, _ *visit) {
+	ov, err := s.overview(r.Context())
+	if err != nil {
+		writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, ov)
+}

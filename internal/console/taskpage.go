@@ -1,0 +1,342 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ax-run/ax/internal/audit"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// DAG bounds: how far from the task the graph reaches, and how many
+// tasks it shows.
+const (
+	dagDepth    = 2
+	dagMaxNodes = 60
+	// maxResultShown bounds the result printed on the page.
+	maxResultShown = 64 << 10
+)
+
+// Attempt is one claimed execution of a task, from its history.
+type Attempt struct {
+	Attempt     int
+	ExecutionID string
+	Executor    string
+	Started     time.Time
+	Ended       *time.Time
+	Outcome     string
+	Error       string
+	Takeovers   int
+}
+
+// Duration is how long the attempt ran (so far).
+func (a Attempt) Duration(now time.Time) time.Duration {
+	if a.Ended != nil {
+		return a.Ended.Sub(a.Started)
+	}
+	return now.Sub(a.Started)
+}
+
+// attempts rebuilds the attempts from a task's history: a claim (→ running)
+// opens one, the move out of running closes it with its outcome and error.
+func attempts(h []store.Revisioned) []Attempt {
+	var out []Attempt
+	open := -1
+	for _, r := range h {
+		ev := r.Event
+		if ev.Kind != task.KindTransition {
+			continue
+		}
+		t := ev.Task
+		switch {
+		case ev.To == task.Running && ev.From == task.Running && open >= 0:
+			out[open].Executor = t.Executor
+			out[open].Takeovers++
+		case ev.To == task.Running:
+			out = append(out, Attempt{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Executor: t.Executor, Started: ev.At, Outcome: "running"})
+			open = len(out) - 1
+		case ev.From == task.Running && open >= 0:
+			at := ev.At
+			a := &out[open]
+			a.Ended = &at
+			switch ev.To {
+			case task.Retrying, task.Failed:
+				a.Outcome = "failed"
+			case task.Waiting:
+				a.Outcome = "planned"
+			default:
+				a.Outcome = string(ev.To)
+			}
+			for _, e := range t.Errors {
+				if e.ExecutionID == a.ExecutionID {
+					a.Error = e.Error
+				}
+			}
+			if a.Error == "" && a.Outcome != "succeeded" && a.Outcome != "planned" {
+				a.Error = ev.Reason
+			}
+			open = -1
+		}
+	}
+	return out
+}
+
+// Node is a task in the DAG drawing.
+type Node struct {
+	ID    string `json:"id"`
+	Type  string `json:"type"`
+	State string `json:"state"`
+	// Level is negative for upstreams, 0 for the task, positive for dependents.
+	Level int  `json:"level"`
+	Self  bool `json:"self"`
+	// Missing marks an id with no task (never submitted, or removed).
+	Missing bool `json:"missing"`
+}
+
+// Edge runs from an upstream to the task that depends on it.
+type Edge struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// DAG is the graph around a task.
+type DAG struct {
+	Nodes     []Node `json:"nodes"`
+	Edges     []Edge `json:"edges"`
+	Truncated bool   `json:"truncated"`
+}
+
+// dag walks dagDepth levels up (depends_on) and down (dependents) from t,
+// reading each task once.
+func (s *Server) dag(ctx context.Context, t *task.Task) DAG {
+	g := DAG{Nodes: []Node{{ID: t.ID, Type: t.Type, State: string(t.State), Self: true}}}
+	seen := map[string]bool{t.ID: true}
+	edges := map[Edge]bool{}
+	type item struct {
+		t     *task.Task
+		level int
+	}
+	walk := func(dir int) {
+		level := []item{{t, 0}}
+		for d := 1; d <= dagDepth && len(level) > 0; d++ {
+			var next []item
+			for _, it := range level {
+				ids := it.t.DependsOn
+				if dir > 0 {
+					ids = it.t.Dependents
+				}
+				for _, id := range ids {
+					e := Edge{From: id, To: it.t.ID}
+					if dir > 0 {
+						e = Edge{From: it.t.ID, To: id}
+					}
+					if seen[id] {
+						if !edges[e] {
+							edges[e] = true
+							g.Edges = append(g.Edges, e)
+						}
+						continue
+					}
+					if len(g.Nodes) >= dagMaxNodes {
+						g.Truncated = true
+						continue
+					}
+					seen[id] = true
+					edges[e] = true
+					g.Edges = append(g.Edges, e)
+					n := Node{ID: id, Level: dir * d}
+					if u, err := s.c.Get(ctx, id); err == nil {
+						n.Type, n.State = u.Type, string(u.State)
+						next = append(next, item{u, d})
+					} else {
+						n.Missing, n.State = true, "unknown"
+					}
+					g.Nodes = append(g.Nodes, n)
+				}
+			}
+			level = next
+		}
+	}
+	walk(-1)
+	walk(1)
+	return g
+}
+
+// explain answers "why is it in this state": why it has not run, why it
+// ran several times, why it is still waiting.
+func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardProgress, now time.Time) []string {
+	var out []string
+	since := func(p *time.Time) string {
+		if p == nil {
+			return ""
+		}
+		return fmt.Sprintf(" since %s (%s ago)", p.UTC().Format("15:04:05"), now.Sub(*p).Round(time.Second))
+	}
+	states := map[string]string{}
+	for _, n := range g.Nodes {
+		states[n.ID] = n.State
+	}
+	switch t.State {
+	case task.Waiting:
+		var pending []string
+		for _, d := range t.DependsOn {
+			if st := states[d]; st != string(task.Succeeded) {
+				if st == "" {
+					st = "unknown"
+				}
+				pending = append(pending, d+" ("+st+")")
+			}
+		}
+		switch {
+		case strings.HasPrefix(t.Reason, "held"):
+			out = append(out, "Held back: "+t.Reason+". A pause or an open circuit breaker of its type keeps it; resuming the type releases it.")
+		case t.Phase == task.PhaseShards && shards != nil:
+			out = append(out, fmt.Sprintf("Waiting for its shards: %d of %d ended, %d unfinished.", shards.Total-shards.Unfinished, shards.Total, shards.Unfinished))
+		case t.Parked:
+			out = append(out, "Parked: waiting for a free slot under its parent's max_parallel_shards.")
+		}
+		if t.StartAt != nil && t.StartAt.After(now) {
+			out = append(out, fmt.Sprintf("Delayed until %s (in %s).", t.StartAt.UTC().Format(time.RFC3339), t.StartAt.Sub(now).Round(time.Second)))
+		}
+		if len(pending) > 0 {
+			out = append(out, fmt.Sprintf("Waiting for %d of %d dependencies: %s.", len(pending), len(t.DependsOn), strings.Join(pending, ", ")))
+		}
+		if len(out) == 0 {
+			out = append(out, "Waiting"+since(&t.UpdatedAt)+": "+t.Reason)
+		}
+	case task.Ready:
+		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity.",
+			since(t.ReadyAt), t.Capability, t.Priority, t.Attempt, t.MaxRetries+1))
+		if !s.watch.serves(t.Capability) {
+			out = append(out, fmt.Sprintf("No executor serving capability %q was seen in the last %s.", t.Capability, executorIdle))
+		}
+		if t.Dispatches > 1 {
+			out = append(out, fmt.Sprintf("Dispatched %d times without being started.", t.Dispatches))
+		}
+	case task.Running:
+		out = append(out, fmt.Sprintf("Running on executor %s%s (attempt %d of %d).", t.Executor, since(t.StartedAt), t.Attempt, t.MaxRetries+1))
+	case task.Retrying:
+		last := ""
+		if n := len(t.Errors); n > 0 {
+			last = t.Errors[n-1].Error
+		}
+		at := "unknown"
+		if t.RetryAt != nil {
+			at = t.RetryAt.UTC().Format(time.RFC3339) + fmt.Sprintf(" (in %s)", t.RetryAt.Sub(now).Round(time.Second))
+		}
+		out = append(out, fmt.Sprintf("Attempt %d of %d failed (%s); the next attempt starts at %s.", t.Attempt, t.MaxRetries+1, last, at))
+		if strings.HasPrefix(t.Reason, "held") {
+			out = append(out, "Held back: "+t.Reason+".")
+		}
+	default:
+		line := fmt.Sprintf("%s%s", strings.ToUpper(string(t.State[:1]))+string(t.State[1:]), since(t.FinishedAt))
+		if t.Reason != "" {
+			line += ": " + t.Reason
+		}
+		out = append(out, line+".")
+		if t.State == task.Failed && !t.IsShard() {
+			out = append(out, "It is in the dead-letter queue; re-driving it starts a fresh series of attempts.")
+		}
+	}
+	if len(att) > 1 {
+		var parts []string
+		for _, a := range att {
+			p := fmt.Sprintf("attempt %d %s", a.Attempt, a.Outcome)
+			if a.Error != "" {
+				p += " (" + a.Error + ")"
+			}
+			parts = append(parts, p)
+		}
+		out = append(out, fmt.Sprintf("It ran %d times: %s.", len(att), strings.Join(parts, "; ")))
+	}
+	if t.Redrives > 0 {
+		out = append(out, fmt.Sprintf("Re-driven from the dead-letter queue %d time(s).", t.Redrives))
+	}
+	return out
+}
+
+func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
+	id := r.PathValue("id")
+	if !task.ValidID(id) {
+		s.fail(w, r, v, http.StatusBadRequest, "Bad task id", fmt.Sprintf("%q is not a valid task id (1–128 of A-Z a-z 0-9 _ - = /).", id))
+		return
+	}
+	ctx := r.Context()
+	t, err := s.c.Get(ctx, id)
+	var rej *sdk.RejectedError
+	switch {
+	case errors.As(err, &rej):
+		s.render(w, r, v, http.StatusOK, "rejection", map[string]any{"Title": "Rejected " + id, "R": rej.Rejection})
+		return
+	case errors.Is(err, sdk.ErrNotFound):
+		s.fail(w, r, v, http.StatusNotFound, "Task not found", fmt.Sprintf("No task has the id %q (and no submission with it was rejected).", id))
+		return
+	case err != nil:
+		s.fail(w, r, v, http.StatusBadGateway, "Task unavailable", err.Error())
+		return
+	}
+	h, err := s.c.History(ctx, id)
+	if err != nil {
+		s.fail(w, r, v, http.StatusBadGateway, "History unavailable", err.Error())
+		return
+	}
+	now := s.now()
+	att := attempts(h)
+	g := s.dag(ctx, t)
+	data := map[string]any{"Title": "Task " + id, "T": t, "History": h, "Attempts": att, "DAG": g, "Now": now}
+	var shards *sdk.ShardProgress
+	if t.Shardable {
+		if shards, err = s.c.Shards(ctx, id); err == nil {
+			data["Shards"] = shards
+		}
+		if s.cfg.Auditor != nil {
+			if rep, err := s.cfg.Auditor.Shards(ctx, id, 50); err == nil {
+				data["FailedShards"] = rep.Failed
+				data["FailedShardsTotal"] = rep.FailedTotal()
+			} else if !errors.Is(err, audit.ErrNotFound) {
+				data["ShardsError"] = err.Error()
+			}
+		}
+	}
+	data["Why"] = s.explain(t, g, att, shards, now)
+	spec, _ := json.MarshalIndent(t.Spec, "", "  ")
+	data["Spec"] = string(spec)
+	if t.State == task.Succeeded {
+		res := t.Result
+		if t.ResultObject != "" {
+			if res, err = s.c.Result(ctx, id); err != nil {
+				data["ResultError"] = err.Error()
+			}
+		}
+		data["Result"] = prettyJSON(res, maxResultShown)
+	}
+	data["CanCancel"] = !t.State.Terminal()
+	data["CanRedrive"] = t.State == task.Failed && !t.IsShard()
+	data["CanRerun"] = t.State.Terminal() && !t.IsShard()
+	s.render(w, r, v, http.StatusOK, "task", data)
+}
+
+// prettyJSON indents a JSON value for display, cut at limit bytes.
+func prettyJSON(raw json.RawMessage, limit int) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	out := buf.String()
+	if len(out) > limit {
+		out = out[:limit] + fmt.Sprintf("\n… (%d more bytes)", len(out)-limit)
+	}
+	return out
+}

@@ -1,0 +1,96 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Operator actions beyond the orchestrator's commands, for consoles and
+// tools that act on an operator's behalf: a re-drive with a reason (who and
+// why, kept in the task's history), a forced re-run of a finished task, a
+// schedule fired by hand, and audit events naming the operator.
+
+// AuditOperator is the kind of the audit events that record an operator's
+// action (ax.audit.operator.<key>); Actor names the operator.
+const AuditOperator = "operator"
+
+// maxReruns bounds the re-run ids tried for one task.
+const maxReruns = 1000
+
+// RedriveWithReason is Redrive with a reason recorded in the task's history,
+// e.g. who re-drove it.
+func (c *Client) RedriveWithReason(ctx context.Context, id, reason string) (*task.Task, error) {
+	return c.command(ctx, subject.CommandRedrive, id, reason)
+}
+
+// Rerun forces a new execution of a finished task's spec: it submits the
+// same spec (payload, priority, dependencies…) under the id "<id>-rerun-<n>"
+// (the first n not taken) and returns that id. The original task and its
+// history are untouched, so a succeeded task's handler runs again without
+// any idempotency check standing in the way. Shards cannot be re-run alone.
+func (c *Client) Rerun(ctx context.Context, id string) (string, error) {
+	t, err := c.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !t.State.Terminal():
+		return "", fmt.Errorf("rerun %s: task is %s; only a finished task can be re-run", id, t.State)
+	case t.IsShard():
+		return "", fmt.Errorf("rerun %s: task is shard %d of %s; re-run its parent", id, t.ShardIndex, t.Parent)
+	}
+	spec := t.Spec
+	// Delays and deadlines were relative to the first submission.
+	spec.RunAt, spec.Deadline = nil, nil
+	for n := 1; n <= maxReruns; n++ {
+		spec.ID = id + "-rerun-" + strconv.Itoa(n)
+		if _, err := c.Get(ctx, spec.ID); errors.Is(err, ErrNotFound) {
+			return c.Submit(ctx, spec)
+		} else if err != nil && !isRejected(err) {
+			return "", err
+		}
+	}
+	return "", fmt.Errorf("rerun %s: %d re-runs exist already", id, maxReruns)
+}
+
+func isRejected(err error) bool {
+	var rej *RejectedError
+	return errors.As(err, &rej)
+}
+
+// TriggerSchedule fires a schedule now, outside its cron: it submits the
+// schedule's template under the id "<name>-manual-<now as
+// 20060102T150405Z>" and returns that id. The schedule's own firings are
+// not changed (its next firing stays as it was).
+func (c *Client) TriggerSchedule(ctx context.Context, name string, now time.Time) (string, error) {
+	s, err := c.Schedule(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	spec := s.Template
+	spec.ID = name + "-manual-" + now.UTC().Format("20060102T150405Z")
+	return c.Submit(ctx, spec)
+}
+
+// RecordAudit publishes an audit event on ax.audit.<kind>.<key> (AX_AUDIT),
+// where AuditEvents finds it; At is set when zero.
+func (c *Client) RecordAudit(ctx context.Context, ev task.AuditEvent) error {
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("encode audit event: %w", err)
+	}
+	if _, err := c.js.Publish(ctx, subject.Audit(ev.Kind, ev.Key), data); err != nil {
+		return fmt.Errorf("record audit event %s %s: %w", ev.Kind, ev.Key, err)
+	}
+	return nil
+}
