@@ -16,7 +16,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/subject"
-	"github.com/ax-run/ax/internal/topology"
 )
 
 // Defaults for Config.
@@ -155,8 +154,7 @@ const (
 	errSyntax      = 1064
 )
 
-// Start checks the outbox table (it must exist: see Migrate), makes sure
-// AX's streams exist, subscribes to ax.outbox.notify and starts relaying in
+// Start checks the outbox table (it must exist: see Migrate), subscribes to ax.outbox.notify and starts relaying in
 // the background. It returns once the relay runs.
 func (r *Relay) Start(ctx context.Context) error {
 	r.mu.Lock()
@@ -169,9 +167,6 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	if err := r.probe(ctx); err != nil {
 		return err
-	}
-	if err := topology.EnsureExists(ctx, r.js, topology.Options{}); err != nil {
-		return fmt.Errorf("start relay: %w", err)
 	}
 	sub, err := r.nc.Subscribe(subject.OutboxNotify, func(*nats.Msg) { r.Notify() })
 	if err != nil {
