@@ -195,7 +195,7 @@ func (s *Server) resolveRedrive(ctx context.Context, f url.Values, p *plan, keep
 		if len(ids) == 0 {
 			return fmt.Errorf("the dead-letter group is empty now (already re-driven?).")
 		}
-		typ, pattern, _ := strings.Cut(f.Get("group"), "\x1f")
+		typ, pattern, _ := strings.Cut(f.Get("group"), "|")
 		p.IDs, what = ids, fmt.Sprintf("the %d dead letters of type %s failing with %q", len(ids), typ, pattern)
 		keep("group")
 	case f.Has("search"):

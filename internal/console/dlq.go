@@ -62,7 +62,8 @@ func deadLetterError(d task.DeadLetter) string {
 	return d.Reason
 }
 
-func groupKey(typ, pattern string) string { return typ + "\x1f" + pattern }
+// groupKey identifies a group: a task type never contains "|".
+func groupKey(typ, pattern string) string { return typ + "|" + pattern }
 
 // dlqGroups groups the dead letters, largest group first.
 func dlqGroups(dls []task.DeadLetter) []DLQGroup {

@@ -296,6 +296,7 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 	if t.Shardable {
 		if shards, err = s.c.Shards(ctx, id); err == nil {
 			data["Shards"] = shards
+			data["ShardBar"] = shardBar(shards)
 		}
 		if s.cfg.Auditor != nil {
 			if rep, err := s.cfg.Auditor.Shards(ctx, id, 50); err == nil {
@@ -337,6 +338,26 @@ func prettyJSON(raw json.RawMessage, limit int) string {
 	out := buf.String()
 	if len(out) > limit {
 		out = out[:limit] + fmt.Sprintf("\n… (%d more bytes)", len(out)-limit)
+	}
+	return out
+}
+
+// Bar is one segment of a progress bar.
+type Bar struct {
+	Class string
+	Pct   int
+	N     int
+}
+
+func shardBar(p *sdk.ShardProgress) []Bar {
+	if p.Total == 0 {
+		return nil
+	}
+	var out []Bar
+	for _, st := range []task.State{task.Succeeded, task.Failed, task.Cancelled, task.Expired} {
+		if n := p.Ended[st]; n > 0 {
+			out = append(out, Bar{Class: "p-" + string(st), Pct: n * 100 / p.Total, N: n})
+		}
 	}
 	return out
 }
