@@ -83,14 +83,14 @@ func submittedIDs(t *testing.T, nc *nats.Conn) map[string]int {
 
 // natsWithStreams starts an embedded server with AX's streams, which an
 // orchestrator would create (none runs here, so submissions stay stored).
-func natsWithStreams(t *testing.T) *natsserver.Server {
+func natsWithStreams(t testing.TB) *natsserver.Server {
 	t.Helper()
 	srv := testenv.NATS(t)
 	ensureStreams(t, srv.URL())
 	return srv
 }
 
-func ensureStreams(t *testing.T, url string) {
+func ensureStreams(t testing.TB, url string) {
 	t.Helper()
 	js, err := jetstream.New(testenv.Conn(t, url))
 	if err != nil {
@@ -454,4 +454,43 @@ func TestSubmitterKill9(t *testing.T) {
 		}
 	}
 	t.Logf("killed during round %d: %d rounds acknowledged, %d tasks of unacknowledged rounds stored anyway", started, len(flushed), extra)
+}
+
+// BenchmarkSubmitterSubmit measures Submit against a real server, with
+// publishing and acknowledgements running behind it. "call": a buffer
+// large enough that no call waits for room, so ns/op is the cost of one
+// call (validate, encode, buffer; run with -benchtime 100000x or less).
+// "sustained": the default bounded buffer, so Submit waits whenever the
+// server falls behind and tasks/s is the acknowledged rate.
+func BenchmarkSubmitterSubmit(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		cfg  sdk.SubmitterConfig
+	}{
+		{"call", sdk.SubmitterConfig{MaxBuffered: 1 << 20}},
+		{"sustained", sdk.SubmitterConfig{}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := natsWithStreams(b)
+			c := testenv.Client(b, srv.URL())
+			s, err := sdk.NewSubmitter(c, bc.cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			spec := noop("x")
+			b.ReportAllocs()
+			begin := time.Now()
+			for i := 0; b.Loop(); i++ {
+				spec.ID = "bench-" + strconv.Itoa(i)
+				if _, err := s.Submit(ctx, spec); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := s.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(s.Stats().Acknowledged)/time.Since(begin).Seconds(), "acked_tasks/s")
+		})
+	}
 }

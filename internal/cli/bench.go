@@ -75,6 +75,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")
 	cmd.AddCommand(benchShardsCmd(g))
+	cmd.AddCommand(benchProducerCmd(g))
 	return cmd
 }
 
