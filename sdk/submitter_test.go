@@ -21,9 +21,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/natsserver"
-	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
