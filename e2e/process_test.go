@@ -232,6 +232,11 @@ func (c *cluster) startServer() {
 	}
 	// Every restart uses the same port and store.
 	c.server.args = []string{"server", "--store", store, "--port", strconv.Itoa(c.port), "--log-level", "warn"}
+	// The operator's step: create AX's streams, so clients (which only bind)
+	// may connect before an orchestrator runs.
+	if out, err := exec.Command(axBin, "topology", "--nats", c.url).CombinedOutput(); err != nil {
+		c.t.Fatalf("ax topology: %v\n%s", err, out)
+	}
 }
 
 // restartServer stops the server (SIGTERM, or SIGKILL with kill9) and starts

@@ -53,6 +53,11 @@ type Executor struct {
 	pullers   sync.WaitGroup
 	runs      sync.WaitGroup
 	cancelSub *nats.Subscription
+	// signals owns the checks of cancel signals (cancelRunning); none
+	// starts once signalsDone is set.
+	signals     sync.WaitGroup
+	signalsMu   sync.Mutex
+	signalsDone bool
 }
 
 // New returns an executor that talks to NATS through nc.
@@ -107,7 +112,12 @@ func (e *Executor) Start(ctx context.Context) error {
 	if e.stopFn != nil {
 		return nil
 	}
-	if err := topology.EnsureExists(ctx, e.js, topology.Options{}); err != nil {
+	// The orchestrator creates AX's streams; an executor started first (or
+	// during a JetStream outage) waits for them.
+	err := topology.Await(ctx, e.js, func(err error, wait time.Duration) {
+		e.log.Warn().Err(err).Dur("retry_in", wait).Msg("AX's streams are not available yet; waiting")
+	})
+	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	st, err := store.New(ctx, e.js)
@@ -133,7 +143,16 @@ func (e *Executor) Start(ctx context.Context) error {
 		pullers = append(pullers, p)
 	}
 	sub, err := e.nc.Subscribe(subject.CancelSignalAll, func(m *nats.Msg) {
-		e.cancelRunning(subject.TaskIDFromCancelSignal(m.Subject))
+		e.signalsMu.Lock()
+		defer e.signalsMu.Unlock()
+		if e.signalsDone {
+			return
+		}
+		e.signals.Add(1)
+		go func() {
+			defer e.signals.Done()
+			e.cancelRunning(subject.TaskIDFromCancelSignal(m.Subject))
+		}()
 	})
 	if err != nil {
 		return fmt.Errorf("executor: subscribe to cancel signals: %w", err)
@@ -180,6 +199,10 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	if e.cancelSub != nil {
 		_ = e.cancelSub.Unsubscribe()
+		e.signalsMu.Lock()
+		e.signalsDone = true
+		e.signalsMu.Unlock()
+		e.signals.Wait()
 	}
 	e.hardStopFn()
 	// Acks are asynchronous: send them before the caller closes.

@@ -128,8 +128,11 @@ func (p *puller) round(ctx context.Context, n int) (got int, err error) {
 			p.empty[lvl] = k == 0
 		}
 	}
-	// Share the rest by weight among levels with work.
-	for pass := 0; pass < 3 && n-got > 0; pass++ {
+	// Share the rest by weight among levels with work. A pass that took
+	// nothing marked at least one more level empty, so this ends; it must
+	// not stop before every level was tried: with a capacity of 1 a pass
+	// asks only one level, and the work may be on another.
+	for pass := 0; pass < task.Levels+3 && n-got > 0; pass++ {
 		var alloc [task.Levels]int
 		eligible := func(i int) bool { return !p.empty[i] }
 		for range n - got {
@@ -154,11 +157,20 @@ func (p *puller) round(ctx context.Context, n int) (got int, err error) {
 			}
 		}
 		got += took
-		if took == 0 {
+		if took == 0 && p.allEmpty() {
 			break
 		}
 	}
 	return got, nil
+}
+
+func (p *puller) allEmpty() bool {
+	for _, e := range p.empty {
+		if !e {
+			return false
+		}
+	}
+	return true
 }
 
 // fetch takes up to want tasks from a level and starts them. With wait 0 it

@@ -73,9 +73,15 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		log.Debug().Msg("running elsewhere; checking again after the ack wait")
 		_ = msg.NakWithDelay(e.cfg.AckWait)
 		return
-	case errors.Is(err, store.ErrNotFound):
-		log.Warn().Msg("dropping dispatch of an unknown task")
+	case errors.Is(err, store.ErrNotFound) && delivered >= unknownTaskDeliveries:
+		log.Warn().Uint64("deliveries", delivered).Msg("dropping dispatch of an unknown task")
 		_ = msg.Term()
+		return
+	case errors.Is(err, store.ErrNotFound):
+		// Reads go to the stream leader, but a dispatch is work: look again
+		// a few times before dropping it.
+		log.Warn().Msg("dispatch of a task not found; looking again")
+		_ = msg.NakWithDelay(time.Second)
 		return
 	case err != nil:
 		log.Warn().Err(err).Msg("claim failed; will retry")
@@ -143,7 +149,7 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		r.Result = nil
 	}
 	if herr != nil {
-		r.Status, r.Error = task.OutcomeFailed, herr.Error()
+		r.Status, r.Error = task.OutcomeFailed, task.TruncateError(herr.Error())
 		var perm *permanentError
 		var ra *retryAfterError
 		switch {
@@ -321,6 +327,10 @@ func (e *Executor) leased(ctx context.Context, id, executionID string) (bool, er
 	return l.ExecutionID == executionID, nil
 }
 
+// unknownTaskDeliveries is the delivery of a dispatch naming a task that
+// cannot be found at which the dispatch is dropped.
+const unknownTaskDeliveries = 5
+
 // errRunningElsewhere: the task is running under the same execution id on a
 // first delivery of its dispatch (a copy, or consumer state lost in a server
 // crash); its executor may be alive.
@@ -364,11 +374,31 @@ func (e *Executor) untrack(id string, ex *execution) {
 	}
 }
 
-// cancelRunning cancels the handler of a task cancelled by the orchestrator.
+// cancelRunning cancels the handler of a task cancelled by the
+// orchestrator. The signal is a plain NATS message anyone may publish, so it
+// is acted on only when the task's record (read from the stream leader)
+// says the execution really ended: cancelled, expired or superseded.
 func (e *Executor) cancelRunning(id string) {
 	e.runningMu.Lock()
+	ex := e.running[id]
+	e.runningMu.Unlock()
+	if ex == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, _, err := e.store.Get(ctx, id)
+	switch {
+	case err != nil:
+		e.log.Warn().Err(err).Str("task_id", id).Msg("cancel signal: cannot read the task; its handler keeps running")
+		return
+	case t.State != task.Cancelled && t.State != task.Expired && t.ExecutionID == ex.executionID:
+		e.log.Warn().Str("task_id", id).Str("state", string(t.State)).Msg("ignoring a cancel signal for a task that is not cancelled")
+		return
+	}
+	e.runningMu.Lock()
 	defer e.runningMu.Unlock()
-	if ex := e.running[id]; ex != nil {
+	if e.running[id] == ex {
 		ex.cancelled.Store(true)
 		ex.cancel()
 		e.log.Info().Str("task_id", id).Msg("cancelling running handler")

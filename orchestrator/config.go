@@ -20,6 +20,11 @@ const (
 	DefaultWorkers = 64
 	DefaultBatch   = 256
 	DefaultAckWait = time.Minute
+
+	DefaultDependencyTimeout    = 10 * time.Minute
+	DefaultReconcileInterval    = time.Minute
+	DefaultReconcileMaxInterval = time.Hour
+	DefaultRunGrace             = time.Minute
 )
 
 // Config configures an Orchestrator. The zero value is usable.
@@ -51,6 +56,22 @@ type Config struct {
 	// AckWait is how long a message may be in hand before it is redelivered
 	// to another orchestrator. Default 1m.
 	AckWait time.Duration
+	// DependencyTimeout is how long a task waits for an upstream that does
+	// not exist (its submission may still be in flight) before it is
+	// cancelled naming the missing id; a spec's dependency_timeout
+	// overrides it. Default 10m.
+	DependencyTimeout time.Duration
+	// ReconcileInterval is how long an unfinished task may go without
+	// moving before the reconciler first looks at it (its watch timer);
+	// later looks back off, doubling with the time it has not moved, up to
+	// ReconcileMaxInterval. Defaults 1m and 1h.
+	ReconcileInterval    time.Duration
+	ReconcileMaxInterval time.Duration
+	// RunGrace is how long past start + timeout a running task may go on
+	// without a live lease before the reconciler fails the attempt with
+	// "lease expired" (its executor is gone and its dispatch will not be
+	// redelivered). Default 1m.
+	RunGrace time.Duration
 	// Topology tunes the streams created at start.
 	Topology topology.Options
 	// Metrics registers the orchestrator's Prometheus metrics (names in
@@ -81,6 +102,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait
+	}
+	if c.DependencyTimeout <= 0 {
+		c.DependencyTimeout = DefaultDependencyTimeout
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
+	}
+	if c.ReconcileMaxInterval < c.ReconcileInterval {
+		c.ReconcileMaxInterval = max(DefaultReconcileMaxInterval, c.ReconcileInterval)
+	}
+	if c.RunGrace <= 0 {
+		c.RunGrace = DefaultRunGrace
 	}
 	if c.Logger == nil {
 		l := zerolog.Nop()

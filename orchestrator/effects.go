@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -89,6 +90,13 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 			return err
 		}
 	}
+	if t.State == task.Waiting || t.State == task.Retrying {
+		// The reconciler's look, should nothing else move it (a ready
+		// task's is armed with its dispatch).
+		if err := o.armWatch(ctx, t); err != nil {
+			return err
+		}
+	}
 	switch t.State {
 	case task.Waiting:
 		switch {
@@ -162,6 +170,7 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 	if t.Sharding != nil || len(t.DependsOn) > task.WideFanIn {
 		kinds = append(kinds, subject.TimerFanIn)
 	}
+	kinds = append(kinds, subject.TimerWatch)
 	for _, k := range kinds {
 		if err := o.cancelTimer(ctx, k, t.ID); err != nil {
 			return err
@@ -181,6 +190,9 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
 	o.dispatched.Add(t.ID, dispatched{task: t, revision: rev})
+	if err := o.armWatch(ctx, t); err != nil {
+		return err
+	}
 	if t.DispatchTimeout > 0 {
 		at := o.now().Add(t.DispatchTimeout.Std())
 		if t.ReadyAt != nil {
@@ -226,7 +238,7 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		allSucceeded := true
 		var blocker string
 		var blockerState task.State
-		var succeeded []string
+		var succeeded, missing []string
 		for _, dep := range t.DependsOn {
 			var st task.State
 			var err error
@@ -236,6 +248,12 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 				var up task.Task
 				up, _, err = o.store.Get(ctx, dep)
 				st = up.State
+			}
+			if register && errors.Is(err, store.ErrNotFound) {
+				// Its submission may still be in flight: wait for it.
+				missing = append(missing, dep)
+				allSucceeded = false
+				continue
 			}
 			if err != nil {
 				return fmt.Errorf("resolve %s: upstream %s: %w", t.ID, dep, err)
@@ -258,6 +276,8 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		var next task.Task
 		var reason string
 		switch {
+		case blocker == "" && len(missing) > 0:
+			return o.waitForMissing(ctx, t, rev, missing)
 		case blocker != "":
 			next = t
 			next.State = task.Cancelled
@@ -309,6 +329,65 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		register = false
 	}
 	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
+}
+
+// waitForMissing handles a waiting task whose upstreams in missing do not
+// exist: within the dependency timeout (from its submission) the reconciler
+// looks again soon — an upstream submitted just before may not be created
+// yet, and registering there is what releases it; after it the task is
+// cancelled naming the first missing id.
+func (o *Orchestrator) waitForMissing(ctx context.Context, t task.Task, rev uint64, missing []string) error {
+	timeout := o.cfg.DependencyTimeout
+	if t.DependencyTimeout > 0 {
+		timeout = t.DependencyTimeout.Std()
+	}
+	now := o.now()
+	giveUp := t.SubmittedAt.Add(timeout)
+	if !now.Before(giveUp) {
+		_, err := o.transitionFrom(ctx, t, rev, func(cur task.Task) (*task.Task, string) {
+			if cur.State != task.Waiting {
+				return nil, ""
+			}
+			return o.finished(cur, task.Cancelled), fmt.Sprintf("depends_on: task %q does not exist (waited %s, the dependency timeout)", missing[0], timeout)
+		})
+		return err
+	}
+	why := fmt.Sprintf("waiting for upstream %q, which does not exist yet (cancelled at %s unless it appears)", missing[0], giveUp.Format(time.RFC3339))
+	if t.Reason != why {
+		next := t
+		if _, err := o.write(ctx, t, rev, &next, why); err != nil && !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+	}
+	// Look again at a fraction of the time waited so far: soon for an
+	// upstream in flight, rarely for one that never comes.
+	again := min(max(now.Sub(t.SubmittedAt)/2, 100*time.Millisecond), 30*time.Second)
+	at := now.Add(again)
+	if at.After(giveUp) {
+		at = giveUp
+	}
+	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: at})
+}
+
+// transitionFrom is transition starting from a record already read.
+func (o *Orchestrator) transitionFrom(ctx context.Context, t task.Task, rev uint64, decide func(cur task.Task) (*task.Task, string)) (task.Task, error) {
+	for range maxCASRetries {
+		next, reason := decide(t)
+		if next == nil {
+			return t, nil
+		}
+		newRev, err := o.write(ctx, t, rev, next, reason)
+		if err == nil {
+			return *next, o.ensureEffects(ctx, *next, newRev)
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return t, err
+		}
+		if t, rev, err = o.store.Get(ctx, t.ID); err != nil {
+			return t, err
+		}
+	}
+	return t, fmt.Errorf("change task %s: too many concurrent changes", t.ID)
 }
 
 // countUpstreams marks upstreams of a wide fan-in waiter as succeeded and

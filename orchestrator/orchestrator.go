@@ -38,6 +38,11 @@ type Orchestrator struct {
 	objects jetstream.ObjectStore
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
 	timers jetstream.Stream
+	// ready and leases are AX_READY and AX_LEASES, which the reconciler
+	// reads to tell a lost task from a queued or running one.
+	ready, leases jetstream.Stream
+	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
+	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied
 	// without reading the task back (see handleReport).
 	dispatched *lru.Cache[string, dispatched]
@@ -83,7 +88,13 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	if o.stopFn != nil {
 		return nil
 	}
-	if err := topology.Ensure(ctx, o.js, o.cfg.Topology); err != nil {
+	// JetStream may be briefly unavailable (a node down, a partition, a
+	// leader election): wait it out instead of exiting.
+	err := topology.Retry(ctx, func(ctx context.Context) error { return topology.Ensure(ctx, o.js, o.cfg.Topology) },
+		func(err error, wait time.Duration) {
+			o.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot set up AX's streams yet; retrying")
+		})
+	if err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	st, err := store.New(ctx, o.js)
@@ -99,6 +110,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
 		return fmt.Errorf("orchestrator: bind timers: %w", err)
+	}
+	if o.ready, err = o.js.Stream(ctx, subject.StreamReady); err != nil {
+		return fmt.Errorf("orchestrator: bind %s: %w", subject.StreamReady, err)
+	}
+	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
+		return fmt.Errorf("orchestrator: bind %s: %w", subject.StreamLeases, err)
 	}
 	if err := o.bindRetrySlots(ctx); err != nil {
 		return fmt.Errorf("orchestrator: %w", err)
@@ -125,35 +142,49 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	o.bg.Add(1)
 	go o.breakerLoop(runCtx)
-	var runners []*consume.Loop
+	done := make(chan struct{})
+	var wg sync.WaitGroup
 	for _, l := range loops {
-		cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+		cfg := jetstream.ConsumerConfig{
 			Durable:       l.consumer,
 			FilterSubject: l.filter,
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       o.cfg.AckWait,
 			MaxAckPending: 4 * o.cfg.Batch * o.cfg.Workers / 16,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
-		if err != nil {
+		}
+		bind := func(ctx context.Context) (jetstream.Consumer, error) {
+			cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("consumer %s: %w", l.consumer, err)
+			}
+			return cons, nil
+		}
+		// The first binding happens here so Start reports a broken setup.
+		if _, err := bind(ctx); err != nil {
 			cancel()
 			o.bg.Wait()
-			return fmt.Errorf("orchestrator: consumer %s: %w", l.consumer, err)
+			return fmt.Errorf("orchestrator: %w", err)
 		}
-		runners = append(runners, &consume.Loop{
-			Name: l.consumer, Consumer: cons, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
-			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait,
-		})
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, r := range runners {
+		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
+			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait}
+		up := o.metrics.ConsumerUp.WithLabelValues(l.consumer)
+		restarts := o.metrics.ConsumerRestarts.WithLabelValues(l.consumer)
+		started := false
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := r.Run(runCtx); err != nil {
-				o.log.Error().Err(err).Str("consumer", r.Name).Msg("consumer stopped")
-			}
+			consume.Supervise(runCtx, loop, bind, func(running bool) {
+				if running {
+					up.Set(1)
+					if started {
+						restarts.Inc()
+					}
+					started = true
+				} else {
+					up.Set(0)
+				}
+			})
 		}()
 	}
 	// Shutdown order: stop pulling → finish messages in hand → stop the

@@ -20,6 +20,14 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 		o.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed report")
 		return nil
 	}
+	// An error of any size must not make the record too large to store.
+	r.Error = task.TruncateError(r.Error)
+	return o.applyReport(ctx, r)
+}
+
+// applyReport moves a running task on by the outcome of its attempt (an
+// executor's report, or the reconciler's "lease expired").
+func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed {
 		o.log.Warn().Str("task_id", r.ID).Str("status", string(r.Status)).Msg("dropping report with unknown status")
 		return nil

@@ -234,7 +234,7 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 		} else {
 			spec := s.Template
 			spec.ID = id
-			if err := o.create(ctx, spec, nil, nil); err != nil {
+			if err := o.create(ctx, spec, nil); err != nil {
 				var rej errRejected
 				if !errors.As(err, &rej) {
 					return err

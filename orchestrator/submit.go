@@ -22,31 +22,12 @@ import (
 // rejectInputLimit bounds how much of a rejected input is kept.
 const rejectInputLimit = 4096
 
-// errRejected wraps the reason a submission is refused. unknownDep marks a
-// dependency not found: its upstream may be a submission still in flight.
+// errRejected wraps the reason a submission is refused.
 type errRejected struct {
-	reason     error
-	unknownDep bool
+	reason error
 }
 
 func (e errRejected) Error() string { return e.reason.Error() }
-
-// unknownDepDeliveries is how often a submission naming an unknown
-// dependency is tried (about 3 s with the redelivery backoff) before it is
-// rejected: submissions are handled concurrently, so an upstream submitted
-// just before its dependent may not exist yet.
-const unknownDepDeliveries = 6
-
-// rejectOrRetry records a rejection, or for an unknown dependency on an
-// early delivery asks for a redelivery instead.
-func (o *Orchestrator) rejectOrRetry(ctx context.Context, rej errRejected, msg jetstream.Msg, reject func() error) error {
-	if rej.unknownDep {
-		if md, err := msg.Metadata(); err == nil && md.NumDelivered < unknownDepDeliveries {
-			return fmt.Errorf("not yet: %w", rej.reason)
-		}
-	}
-	return reject()
-}
 
 func reject(format string, args ...any) error {
 	return errRejected{reason: fmt.Errorf(format, args...)}
@@ -60,11 +41,11 @@ func (o *Orchestrator) handleSubmit(ctx context.Context, msg jetstream.Msg) erro
 	}
 	spec, err := o.decodeSubmission(msg)
 	if err == nil {
-		err = o.create(ctx, spec, nil, nil)
+		err = o.create(ctx, spec, nil)
 	}
 	var rej errRejected
 	if errors.As(err, &rej) {
-		return o.rejectOrRetry(ctx, rej, msg, func() error { return o.reject(ctx, spec.ID, msg, rej.reason) })
+		return o.reject(ctx, spec.ID, msg, rej.reason)
 	}
 	return err
 }
@@ -117,8 +98,10 @@ func derivedID(msg jetstream.Msg) string {
 }
 
 // handleGraph creates every task of a graph in dependency order. The graph
-// is validated as a whole first (a cycle or an unknown dependency rejects it
-// all); creation is idempotent, so a redelivered graph completes the set.
+// is validated as a whole first (a cycle or an invalid spec rejects it all);
+// creation is idempotent, so a redelivered graph completes the set.
+// Dependencies outside the graph that do not exist yet are waited for, as
+// for a single submission (see resolveWaiting).
 func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error {
 	g, err := task.DecodeGraph(msg.Data())
 	if err != nil {
@@ -132,21 +115,6 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 	for _, s := range sorted {
 		inGraph[s.ID] = true
 	}
-	// Dependencies outside the graph must exist before anything is created,
-	// so a bad graph is rejected whole.
-	for _, s := range sorted {
-		for _, dep := range s.DependsOn {
-			if inGraph[dep] {
-				continue
-			}
-			if _, _, err := o.store.Get(ctx, dep); errors.Is(err, store.ErrNotFound) {
-				rej := errRejected{fmt.Errorf("task %q: depends_on: unknown task %q", s.ID, dep), true}
-				return o.rejectOrRetry(ctx, rej, msg, func() error { return o.rejectGraph(ctx, g, msg, rej.reason) })
-			} else if err != nil {
-				return err
-			}
-		}
-	}
 	// In-graph edges are written into each upstream's record when it is
 	// created, instead of one compare-and-set per edge afterwards.
 	children := make(map[string][]string)
@@ -158,7 +126,7 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 		}
 	}
 	for _, s := range sorted {
-		if err := o.create(ctx, s, inGraph, children[s.ID]); err != nil {
+		if err := o.create(ctx, s, children[s.ID]); err != nil {
 			var rej errRejected
 			if errors.As(err, &rej) {
 				return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: %w", s.ID, rej.reason))
@@ -184,10 +152,11 @@ func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstr
 }
 
 // create makes a new task unless one with its id exists (idempotent submit),
-// then ensures the effects of whatever state the task is in. Dependencies
-// must exist unless they are in known (the rest of the same graph), whose
-// members depending on this task are its dependents.
-func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[string]bool, dependents []string) error {
+// then ensures the effects of whatever state the task is in. dependents are
+// the members of its graph that depend on it (created after it). An upstream that
+// does not exist yet is waited for up to the dependency timeout: its
+// submission may still be in flight (see resolveWaiting).
+func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []string) error {
 	now := o.now()
 	t := task.Task{Spec: spec, SubmittedAt: now, Dependents: dependents}
 	switch {
@@ -208,32 +177,19 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, known map[str
 	}
 	delayed := t.StartAt != nil && t.StartAt.After(now)
 	open, _ := o.gate.check(now, spec.Type, false)
-	if len(spec.DependsOn) == 0 && !delayed && open {
-		t = o.readyNext(t, 1)
-	} else {
-		existing, rev, err := o.store.Get(ctx, spec.ID)
-		if err == nil {
-			return o.duplicate(ctx, spec, existing, rev)
-		}
-		if !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-		for _, dep := range spec.DependsOn {
-			if known[dep] {
-				continue
-			}
-			if _, _, err := o.store.Get(ctx, dep); err != nil {
-				if errors.Is(err, store.ErrNotFound) {
-					return errRejected{fmt.Errorf("depends_on: unknown task %q", dep), true}
-				}
-				return err
-			}
-		}
-		t.State = task.Waiting
-	}
 	reason := "submitted"
-	if delayed {
-		reason = "submitted; scheduled for " + t.StartAt.Format(time.RFC3339Nano)
+	switch {
+	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
+		t.State = task.Expired
+		t.FinishedAt = &now
+		reason = fmt.Sprintf("deadline %s had passed at submission", t.ExpiresAt.Format(time.RFC3339Nano))
+	case len(spec.DependsOn) == 0 && !delayed && open:
+		t = o.readyNext(t, 1)
+	default:
+		t.State = task.Waiting
+		if delayed {
+			reason = "submitted; scheduled for " + t.StartAt.Format(time.RFC3339Nano)
+		}
 	}
 	rev, err := o.write(ctx, task.Task{}, 0, &t, reason)
 	if errors.Is(err, store.ErrConflict) {

@@ -34,6 +34,10 @@ import (
 // ErrNotFound means no task (and no rejection) has that id.
 var ErrNotFound = errors.New("task not found")
 
+// ErrNoTopology means AX's streams do not exist: no orchestrator has
+// created them yet. Only the orchestrator creates or changes them.
+var ErrNoTopology = topology.ErrMissing
+
 // RejectedError is returned for a submission the orchestrator refused.
 type RejectedError struct {
 	Rejection task.Rejection
@@ -69,14 +73,15 @@ func Connect(ctx context.Context, url string, opts ...nats.Option) (*Client, err
 	return c, nil
 }
 
-// New returns a client on an existing connection, creating AX's streams if
-// they do not exist yet.
+// New returns a client on an existing connection. AX's streams must exist
+// (an orchestrator creates them): otherwise New returns an error wrapping
+// ErrNoTopology.
 func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	if err := topology.EnsureExists(ctx, js, topology.Options{}); err != nil {
+	if err := topology.Check(ctx, js); err != nil {
 		return nil, err
 	}
 	st, err := store.New(ctx, js)

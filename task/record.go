@@ -3,7 +3,9 @@ package task
 import (
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 )
@@ -227,4 +229,23 @@ type CommandReply struct {
 // NewID returns a new sortable unique task id (a ULID).
 func NewID() string {
 	return ulid.MustNew(ulid.Timestamp(time.Now()), rand.Reader).String()
+}
+
+// MaxErrorBytes bounds the error text kept for one attempt: a record holds
+// the errors of its attempt series and is rewritten at every event, so an
+// untruncated error could make it too large to store.
+const MaxErrorBytes = 4096
+
+// TruncateError shortens s to at most MaxErrorBytes (on a UTF-8 boundary),
+// saying how long it was.
+func TruncateError(s string) string {
+	if len(s) <= MaxErrorBytes {
+		return s
+	}
+	suffix := fmt.Sprintf("… (truncated; %d bytes in all)", len(s))
+	cut := MaxErrorBytes - len(suffix)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + suffix
 }

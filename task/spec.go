@@ -68,6 +68,11 @@ type Spec struct {
 	// MaxDispatches bounds dispatches per attempt when DispatchTimeout is
 	// set. Default 3.
 	MaxDispatches int `json:"max_dispatches,omitempty"`
+	// DependencyTimeout is how long the task waits for an upstream in
+	// DependsOn that does not exist (its submission may still be in
+	// flight) before it is cancelled naming the missing id. 0: the
+	// orchestrator's default (10 minutes unless configured).
+	DependencyTimeout Duration `json:"dependency_timeout,omitempty"`
 
 	// Shardable runs the type's planner as the task's first step; the
 	// shards it returns run as child tasks and an optional aggregator runs
@@ -95,12 +100,13 @@ type wireSpec struct {
 	Timeout       *Duration       `json:"timeout"`
 	EstimatedCost *float64        `json:"estimated_cost"`
 
-	Delay           Duration   `json:"delay"`
-	RunAt           *time.Time `json:"run_at"`
-	Deadline        *time.Time `json:"deadline"`
-	TTL             Duration   `json:"ttl"`
-	DispatchTimeout Duration   `json:"dispatch_timeout"`
-	MaxDispatches   int        `json:"max_dispatches"`
+	Delay             Duration   `json:"delay"`
+	RunAt             *time.Time `json:"run_at"`
+	Deadline          *time.Time `json:"deadline"`
+	TTL               Duration   `json:"ttl"`
+	DispatchTimeout   Duration   `json:"dispatch_timeout"`
+	MaxDispatches     int        `json:"max_dispatches"`
+	DependencyTimeout Duration   `json:"dependency_timeout"`
 
 	Shardable         bool    `json:"shardable"`
 	MaxParallelShards int     `json:"max_parallel_shards"`
@@ -126,7 +132,7 @@ func DecodeSpec(data []byte) (Spec, error) {
 func (w wireSpec) spec() Spec {
 	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Capability: w.Capability, DependsOn: w.DependsOn,
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
-		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches,
+		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
 		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess}
 	s.Priority = DefaultPriority
 	if w.Priority != nil {
@@ -242,6 +248,8 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"deadline", "give deadline or ttl, not both"}
 	case s.DispatchTimeout < 0:
 		return &ValidationError{"dispatch_timeout", "must not be negative"}
+	case s.DependencyTimeout < 0:
+		return &ValidationError{"dependency_timeout", "must not be negative"}
 	case s.MaxDispatches < 0 || s.MaxDispatches > 100:
 		return &ValidationError{"max_dispatches", fmt.Sprintf("%d is out of range 0..100", s.MaxDispatches)}
 	}

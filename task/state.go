@@ -67,7 +67,8 @@ var Transitions = map[State][]State{
 }
 
 // InitialStates are the states a task may be created in.
-var InitialStates = []State{Waiting, Ready, Cancelled}
+// Expired: a deadline that had passed at submission.
+var InitialStates = []State{Waiting, Ready, Cancelled, Expired}
 
 // CanTransition reports whether from → to is allowed. An empty from means the
 // task is being created.

@@ -19,7 +19,7 @@ func TestTransitionTable(t *testing.T) {
 				t.Errorf("terminal %s may move to %s", from, to)
 			}
 		}
-		if got := CanTransition("", from); got != (from == Waiting || from == Ready || from == Cancelled) {
+		if got := CanTransition("", from); got != (from == Waiting || from == Ready || from == Cancelled || from == Expired) {
 			t.Errorf("create in %s = %v", from, got)
 		}
 	}

@@ -66,7 +66,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.DurationVar(&cfg.Retry.Base, "retry-base", retry.DefaultBase, "delay before the first retry")
 	f.Float64Var(&cfg.Retry.Factor, "retry-factor", retry.DefaultFactor, "backoff multiplier per retry")
 	f.DurationVar(&cfg.Retry.Max, "retry-max", retry.DefaultMax, "largest backoff delay before jitter")
-	f.IntVar(&cfg.Topology.Replicas, "replicas", 1, "stream replicas (3 on a NATS cluster)")
+	f.IntVar(&cfg.Topology.Replicas, "replicas", 0, "stream replicas, e.g. 3 on a NATS cluster (0 keeps the streams' count, 1 for new ones; lowering it is refused: use `ax topology --replicas N`)")
 	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", window.DefaultLimit, "retries of one task type that may start per --retry-window")
 	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", window.DefaultWidth, "window of the retry budget")
 	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", breaker.DefaultThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")

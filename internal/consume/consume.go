@@ -40,8 +40,14 @@ type Loop struct {
 	Log zerolog.Logger
 }
 
+// ErrEnded is wrapped by Run's error when the loop ended for a reason
+// other than ctx: the consumer was deleted, or its pulls stopped answering.
+var ErrEnded = errors.New("consume loop ended")
+
 // Run consumes until ctx is cancelled, then stops pulling, finishes the
-// messages in hand and returns. It returns an error only if it cannot start.
+// messages in hand and returns nil. If the loop ends for any other reason
+// (it cannot start, the consumer was deleted, its heartbeats stopped) it
+// finishes the messages in hand and returns an error: see Supervise.
 func (l *Loop) Run(ctx context.Context) error {
 	workers := l.Workers
 	if workers <= 0 {
@@ -51,7 +57,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	if batch <= 0 {
 		batch = 256
 	}
-	iter, err := l.Consumer.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(10*time.Second))
+	iter, err := l.Consumer.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(10*time.Second),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", l.Name, err)
 	}
@@ -73,8 +80,22 @@ func (l *Loop) Run(ctx context.Context) error {
 	for {
 		msg, err := iter.Next()
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return nil
+			}
+			switch {
+			case errors.Is(err, jetstream.ErrMsgIteratorClosed), errors.Is(err, jetstream.ErrConsumerDeleted),
+				errors.Is(err, jetstream.ErrBadRequest):
+				return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, err)
+			case errors.Is(err, jetstream.ErrNoHeartbeat):
+				// No heartbeat from the server: the consumer may be gone
+				// (deleted, or lost with a stream) or NATS unreachable.
+				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, ierr := l.Consumer.Info(ictx)
+				cancel()
+				if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrConsumerDoesNotExist) {
+					return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, ierr)
+				}
 			}
 			l.Log.Warn().Err(err).Str("consumer", l.Name).Msg("pull failed; retrying")
 			continue
@@ -142,4 +163,41 @@ func NakDelay(n uint64) time.Duration {
 		d *= 2
 	}
 	return min(d, 10*time.Second)
+}
+
+// Supervise runs a Loop on the consumer bind returns, recreating it with
+// backoff (100 ms doubling to 5 s) whenever it ends for a reason other than
+// ctx, so a deleted consumer or a lost stream never leaves its messages
+// unconsumed while the process looks healthy. up (may be nil) is told when
+// the loop runs and when it is being recreated. It returns when ctx ends.
+func Supervise(ctx context.Context, l Loop, bind func(ctx context.Context) (jetstream.Consumer, error), up func(running bool)) {
+	if up == nil {
+		up = func(bool) {}
+	}
+	wait := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		cons, err := bind(ctx)
+		if err == nil {
+			l.Consumer = cons
+			up(true)
+			started := time.Now()
+			err = l.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if time.Since(started) > time.Minute {
+				wait = 100 * time.Millisecond
+			}
+		}
+		up(false)
+		l.Log.Error().Err(err).Str("consumer", l.Name).Dur("retry_in", wait).Msg("consume loop ended; recreating its consumer")
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }

@@ -24,6 +24,18 @@ type Orchestrator struct {
 	Rejections prometheus.Counter
 	// Held counts dispatches held back by a pause or an open breaker.
 	Held prometheus.Counter
+	// ConsumerUp is 1 while a consume loop runs, 0 while it is being
+	// recreated, by consumer.
+	ConsumerUp *prometheus.GaugeVec
+	// ConsumerRestarts counts consume loops that ended and were recreated.
+	ConsumerRestarts *prometheus.CounterVec
+	// Repairs counts unfinished tasks the reconciler moved on, by reason.
+	Repairs *prometheus.CounterVec
+	// Checks counts the reconciler's looks at unfinished tasks, by state.
+	Checks *prometheus.CounterVec
+	// OldestUnfinished is the age of the oldest unfinished task the
+	// reconciler looked at recently, by state.
+	OldestUnfinished *prometheus.GaugeVec
 }
 
 // NewOrchestrator registers the orchestrator's metrics on reg (nil: unregistered).
@@ -35,8 +47,18 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 			Help: "Submissions refused (see ax rejected)."}),
 		Held: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatches_held_total",
 			Help: "Dispatches held back by a pause or an open circuit breaker."}),
+		ConsumerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_consumer_up",
+			Help: "1 while the orchestrator's consume loop of a consumer runs, 0 while it is being recreated."}, []string{"consumer"}),
+		ConsumerRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_consumer_restarts_total",
+			Help: "Consume loops that ended for a reason other than Stop and were recreated."}, []string{"consumer"}),
+		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_repairs_total",
+			Help: "Unfinished tasks the reconciler found stalled and moved on, by reason (rare in a healthy system)."}, []string{"reason"}),
+		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_checks_total",
+			Help: "Reconciler looks at unfinished tasks (their watch timers firing), by state."}, []string{"state"}),
+		OldestUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_reconciler_oldest_unfinished_seconds",
+			Help: "Age since submission of the oldest unfinished task the reconciler looked at in its last max interval, by state."}, []string{"state"}),
 	}
-	register(reg, m.Transitions, m.Rejections, m.Held)
+	register(reg, m.Transitions, m.Rejections, m.Held, m.ConsumerUp, m.ConsumerRestarts, m.Repairs, m.Checks, m.OldestUnfinished)
 	return m
 }
 

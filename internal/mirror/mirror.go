@@ -133,7 +133,10 @@ func (m *Mirror) Start(ctx context.Context) error {
 	default:
 		return fmt.Errorf("mirror: %w", err)
 	}
-	if err := topology.EnsureExists(ctx, m.js, topology.Options{}); err != nil {
+	err = topology.Await(ctx, m.js, func(err error, wait time.Duration) {
+		m.log.Warn().Err(err).Dur("retry_in", wait).Msg("AX's streams are not available yet; waiting")
+	})
+	if err != nil {
 		return fmt.Errorf("mirror: %w", err)
 	}
 	stream, err := m.js.Stream(ctx, subject.StreamTasks)

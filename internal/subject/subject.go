@@ -182,6 +182,11 @@ const (
 	// behind the fast count is updated just after a marker is stored, so
 	// the member that ends last may read one short.
 	TimerFanIn TimerKind = "fanin"
+	// TimerWatch is the reconciler's look at an unfinished task that has
+	// not moved for longer than its state allows (every unfinished task
+	// other than a running one has one armed; a running one gets it at
+	// start + timeout + grace).
+	TimerWatch TimerKind = "watch"
 )
 
 // Timer is the schedule subject of a task's timer of a kind (one per kind).

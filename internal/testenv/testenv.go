@@ -19,6 +19,7 @@ import (
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -33,9 +34,29 @@ func Logger(t testing.TB) *zerolog.Logger {
 	return &l
 }
 
-// NATS starts an embedded server with its store in a temp dir; it is shut
-// down when the test ends.
+// NATS starts an embedded server with its store in a temp dir and AX's
+// topology created, as an orchestrator would (executors and clients only
+// bind to it); it is shut down when the test ends. BareNATS has no topology.
 func NATS(t testing.TB) *natsserver.Server {
+	t.Helper()
+	s := BareNATS(t)
+	nc := Conn(t, s.URL())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatalf("create AX's topology: %v", err)
+	}
+	nc.Close()
+	return s
+}
+
+// BareNATS starts an embedded server with its store in a temp dir and
+// nothing in it; it is shut down when the test ends.
+func BareNATS(t testing.TB) *natsserver.Server {
 	t.Helper()
 	s, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir()})
 	if err != nil {

@@ -1,5 +1,11 @@
-// Package topology declares AX's JetStream streams and creates them
-// idempotently: every process that needs them calls Ensure at start.
+// Package topology declares AX's JetStream streams, buckets and object
+// stores. The orchestrator is their one owner: it creates and updates them
+// with Ensure. Executors, clients and the mirror only bind (Check, Await).
+//
+// Every stream is created without direct gets: on a cluster a direct get is
+// answered by any replica, including one that has not applied the latest
+// write, and AX decides what (not) to do from its reads. Without
+// AllowDirect, nats.go reads through the stream leader.
 package topology
 
 import (
@@ -15,8 +21,14 @@ import (
 
 // Options tune the declared streams.
 type Options struct {
-	// Replicas is the stream replication factor. Default 1 (single node).
+	// Replicas is the stream replication factor. 0 keeps what the streams
+	// have (1 when creating them). A count below the existing one is refused
+	// unless AllowFewerReplicas is set: replication is the cluster's
+	// configuration, and a process started with defaults must not lower it.
 	Replicas int
+	// AllowFewerReplicas lets Ensure lower the replica count (the explicit
+	// `ax topology --replicas N`).
+	AllowFewerReplicas bool
 	// DuplicateWindow is the submit stream's de-duplication window. Default 2m.
 	DuplicateWindow time.Duration
 	// TaskHistoryMaxAge bounds how long task histories are kept. Default 0: forever.
@@ -70,7 +82,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
 			MaxAge:      o.TaskHistoryMaxAge,
-			AllowDirect: true,
 		},
 		{
 			Name:              subject.StreamTimers,
@@ -81,7 +92,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:          r,
 			AllowMsgSchedules: true,
 			MaxMsgsPerSubject: 1,
-			AllowDirect:       true,
 		},
 		{
 			Name:        subject.StreamCommands,
@@ -100,7 +110,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Storage:           jetstream.FileStorage,
 			Replicas:          r,
 			MaxMsgsPerSubject: 1,
-			AllowDirect:       true,
 		},
 		{
 			Name:              subject.StreamHeld,
@@ -128,7 +137,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
 			MaxAge:      o.TaskHistoryMaxAge,
-			AllowDirect: true,
 		},
 		{
 			Name:              subject.StreamLeases,
@@ -139,7 +147,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:          r,
 			MaxMsgsPerSubject: 1,
 			AllowMsgTTL:       true,
-			AllowDirect:       true,
 		},
 		{
 			Name:              subject.StreamRejected,
@@ -152,7 +159,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			MaxMsgs:           1_000_000,
 			MaxAge:            30 * 24 * time.Hour,
 			Discard:           jetstream.DiscardOld,
-			AllowDirect:       true,
 		},
 	}
 }
@@ -183,47 +189,154 @@ func ObjectStores(o Options) []jetstream.ObjectStoreConfig {
 	}
 }
 
-// Ensure creates or updates every stream and bucket. It is safe to call
-// concurrently from several processes.
+// ErrFewerReplicas is returned by Ensure when the requested replica count
+// is below the existing one and AllowFewerReplicas is not set.
+var ErrFewerReplicas = errors.New("refusing to lower the replica count")
+
+// Ensure creates or updates every stream, bucket and object store: the
+// orchestrator's job. It is safe to call concurrently from several
+// orchestrators. It never lowers a stream's replica count unless
+// o.AllowFewerReplicas (see ErrFewerReplicas).
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
+		r, err := replicas(ctx, js, cfg.Name, o)
+		if err != nil {
+			return err
+		}
+		cfg.Replicas = r
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
 	}
 	for _, cfg := range Buckets(o) {
+		r, err := replicas(ctx, js, "KV_"+cfg.Bucket, o)
+		if err != nil {
+			return err
+		}
+		cfg.Replicas = r
 		if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
 		}
+		if err := leaderReads(ctx, js, "KV_"+cfg.Bucket); err != nil {
+			return err
+		}
 	}
 	for _, cfg := range ObjectStores(o) {
+		r, err := replicas(ctx, js, "OBJ_"+cfg.Bucket, o)
+		if err != nil {
+			return err
+		}
+		cfg.Replicas = r
 		if _, err := js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+		}
+		if err := leaderReads(ctx, js, "OBJ_"+cfg.Bucket); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// EnsureExists creates the streams that are missing and leaves existing ones
-// as they are (for clients that should not reconfigure a running system).
-func EnsureExists(ctx context.Context, js jetstream.JetStream, o Options) error {
-	for _, cfg := range Streams(o) {
-		_, err := js.CreateStream(ctx, cfg)
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("create stream %s: %w", cfg.Name, err)
-		}
+// replicas is the replica count to give stream: the requested one, or the
+// existing one when none is requested.
+func replicas(ctx context.Context, js jetstream.JetStream, stream string, o Options) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return max(o.Replicas, 1), nil
 	}
-	for _, cfg := range Buckets(o) {
-		_, err := js.CreateKeyValue(ctx, cfg)
-		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("create bucket %s: %w", cfg.Bucket, err)
-		}
+	if err != nil {
+		return 0, fmt.Errorf("ensure stream %s: %w", stream, err)
 	}
-	for _, cfg := range ObjectStores(o) {
-		_, err := js.CreateObjectStore(ctx, cfg)
-		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("create object store %s: %w", cfg.Bucket, err)
+	have := s.CachedInfo().Config.Replicas
+	switch {
+	case o.Replicas <= 0:
+		return have, nil
+	case o.Replicas < have && !o.AllowFewerReplicas:
+		return 0, fmt.Errorf("stream %s has %d replicas, this process asks for %d: %w (change it explicitly with `ax topology --replicas %d`)",
+			stream, have, o.Replicas, ErrFewerReplicas, o.Replicas)
+	}
+	return o.Replicas, nil
+}
+
+// leaderReads turns off direct gets on a bucket's stream (nats.go creates
+// buckets with them), so its reads are answered by the stream leader.
+func leaderReads(ctx context.Context, js jetstream.JetStream, stream string) error {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("ensure stream %s: %w", stream, err)
+	}
+	cfg := s.CachedInfo().Config
+	if !cfg.AllowDirect {
+		return nil
+	}
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("ensure leader reads on %s: %w", stream, err)
+	}
+	return nil
+}
+
+// ErrMissing means AX's topology does not exist (yet): no orchestrator has
+// created it.
+var ErrMissing = errors.New("AX's streams do not exist: start an orchestrator (`ax orchestrator`), which creates them")
+
+// Check returns nil when AX's streams, buckets and object stores exist and
+// an error wrapping ErrMissing naming the first that does not. It creates
+// nothing: executors, clients and the mirror only bind.
+func Check(ctx context.Context, js jetstream.JetStream) error {
+	names := []string{}
+	for _, cfg := range Streams(Options{}) {
+		names = append(names, cfg.Name)
+	}
+	for _, cfg := range Buckets(Options{}) {
+		names = append(names, "KV_"+cfg.Bucket)
+	}
+	for _, cfg := range ObjectStores(Options{}) {
+		names = append(names, "OBJ_"+cfg.Bucket)
+	}
+	for _, name := range names {
+		if _, err := js.Stream(ctx, name); err != nil {
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return fmt.Errorf("stream %s not found: %w", name, ErrMissing)
+			}
+			return fmt.Errorf("bind stream %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// Await waits until Check passes, retrying with backoff (up to 5 s) and
+// calling report before each wait, until ctx ends. Long-running processes
+// (executors, the mirror) use it so they can start before the orchestrator
+// or during a JetStream outage.
+func Await(ctx context.Context, js jetstream.JetStream, report func(err error, wait time.Duration)) error {
+	return Retry(ctx, func(ctx context.Context) error { return Check(ctx, js) }, report)
+}
+
+// Retry runs f until it returns nil or an error wrapping ErrFewerReplicas,
+// waiting 100 ms doubling to 5 s between tries and calling report (may be
+// nil) before each wait; it returns ctx's error wrapped with f's last one
+// when ctx ends.
+func Retry(ctx context.Context, f func(ctx context.Context) error, report func(err error, wait time.Duration)) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || errors.Is(err, ErrFewerReplicas) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		}
+		if report != nil {
+			report(err, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }

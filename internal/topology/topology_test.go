@@ -26,8 +26,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := topology.EnsureExists(ctx, js, topology.Options{}); err != nil {
-		t.Fatalf("EnsureExists on an existing topology: %v", err)
+	if err := topology.Check(ctx, js); err != nil {
+		t.Fatalf("Check on an existing topology: %v", err)
 	}
 	for _, cfg := range topology.Streams(topology.Options{}) {
 		info, err := js.Stream(ctx, cfg.Name)

@@ -1,0 +1,507 @@
+package orchestrator_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+// fastReconcile makes the reconciler look at stalled tasks within a second.
+var fastReconcile = orchestrator.Config{ReconcileInterval: 200 * time.Millisecond, ReconcileMaxInterval: time.Second, RunGrace: 2 * time.Second}
+
+// TestChainSubmittedLinkByLink: each link's submission is acknowledged
+// before the next is published, and handled concurrently with it: a link
+// whose upstream is not created yet waits for it instead of being rejected.
+func TestChainSubmittedLinkByLink(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var order []string
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 8})
+	ex.HandleFunc("link", func(_ context.Context, j *executor.Job) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[j.ID]++
+		order = append(order, j.ID)
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 3*time.Minute)
+	const n = 200
+	for i := range n {
+		s := newSpec(fmt.Sprintf("link-%03d", i), "link")
+		if i > 0 {
+			s.DependsOn = []string{fmt.Sprintf("link-%03d", i-1)}
+		}
+		if _, err := c.Submit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := c.Wait(ctx, fmt.Sprintf("link-%03d", n-1))
+	if err != nil || last.State != task.Succeeded {
+		t.Fatalf("last link: %+v %v", last.State, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range n {
+		id := fmt.Sprintf("link-%03d", i)
+		if runs[id] != 1 {
+			t.Errorf("%s ran %d times", id, runs[id])
+		}
+		if i < len(order) && order[i] != id {
+			t.Fatalf("run %d was %s, want %s: links ran out of order", i, order[i], id)
+		}
+	}
+}
+
+// TestMissingDependencyTimesOut: an upstream that never appears cancels its
+// dependent after the dependency timeout, naming the missing id.
+func TestMissingDependencyTimesOut(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s := newSpec("orphan", "ok", "ghost")
+	s.DependencyTimeout = task.Duration(time.Second)
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "orphan")
+	if err != nil || got.State != task.Cancelled {
+		t.Fatalf("orphan: %s %v", got.State, err)
+	}
+	if !strings.Contains(got.Reason, `"ghost"`) || !strings.Contains(got.Reason, "dependency timeout") {
+		t.Fatalf("reason %q does not name the missing upstream and the timeout", got.Reason)
+	}
+	// A graph whose outside dependency appears late is released by it.
+	late := newSpec("late-child", "ok", "late-up")
+	if _, err := c.Submit(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "late-child waiting for its unknown upstream", func() bool {
+		got, err := c.Get(ctx, "late-child")
+		return err == nil && strings.Contains(got.Reason, "does not exist yet")
+	})
+	okExecutorStarted(t, srv.URL())
+	if _, err := c.Submit(ctx, newSpec("late-up", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "late-child"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("late-child: %s %v", got.State, err)
+	}
+}
+
+func okExecutorStarted(t *testing.T, url string) {
+	ex := okExecutor(t, url, executor.Config{})
+	testenv.Start(t, ex)
+}
+
+// TestDeadlinePassedAtSubmission: such a task ends expired at creation and
+// never runs.
+func TestDeadlinePassedAtSubmission(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	var ran atomic.Int32
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("late", func(context.Context, *executor.Job) (any, error) { ran.Add(1); return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	past := time.Now().Add(-time.Second)
+	s := newSpec("too-late", "late")
+	s.Deadline = &past
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, newSpec("after-late", "late")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "after-late"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("after-late: %s %v", got.State, err)
+	}
+	got, err := c.Wait(ctx, "too-late")
+	if err != nil || got.State != task.Expired {
+		t.Fatalf("too-late: %s %v", got.State, err)
+	}
+	if tr := transitions(t, c, "too-late"); len(tr) != 1 || tr[0] != ">expired" {
+		t.Fatalf("too-late history %v, want created expired", tr)
+	}
+	if ran.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1 (after-late only)", ran.Load())
+	}
+}
+
+// TestStrayCancelSignal: anyone can publish on the cancel-signal subject; a
+// signal for a task that is not cancelled leaves its handler running.
+func TestStrayCancelSignal(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("slow", func(ctx context.Context, _ *executor.Job) (any, error) {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return "done", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	s := newSpec("signalled", "slow")
+	s.MaxRetries = 0
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := c.Conn().Publish(subject.CancelSignal("signalled"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Cancel a task that really is cancelled meanwhile, on the same executor
+	// connection's subscription, and wait for it: the stray signal before it
+	// has been handled by then.
+	close(release)
+	got, err := c.Wait(ctx, "signalled")
+	if err != nil || got.State != task.Succeeded {
+		t.Fatalf("signalled: %s (%s) %v", got.State, got.Reason, err)
+	}
+}
+
+// TestLostRunningTaskIsFailedByReconciler: a task claimed by an executor
+// that vanished after its dispatch was gone (acknowledged, dropped) has no
+// redelivery to move it; the reconciler fails the attempt with "lease
+// expired" past start + timeout + grace, and the retry policy applies.
+func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	reg := prometheus.NewRegistry()
+	cfg := fastReconcile
+	cfg.Metrics = reg
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s := newSpec("lost", "ok")
+	s.Capability = "vanishing"
+	s.MaxRetries = 0
+	s.Timeout = task.Duration(time.Second)
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "lost ready", func() bool {
+		got, err := c.Get(ctx, "lost")
+		return err == nil && got.State == task.Ready
+	})
+	// A "executor" claims it, and its dispatch disappears.
+	js, _ := jetstream.New(c.Conn())
+	st, err := store.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, rev, err := st.Get(ctx, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := cur.Claimed("vanished-executor", time.Now().UTC())
+	if _, err := st.Write(ctx, task.Event{Kind: task.KindTransition, From: task.Ready, To: task.Running, At: next.UpdatedAt, Actor: "vanished-executor", Task: next}, rev); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(subject.Ready("vanishing", s.Priority))); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "lost")
+	if err != nil || got.State != task.Failed {
+		t.Fatalf("lost: %s %v", got.State, err)
+	}
+	if len(got.Errors) != 1 || !strings.Contains(got.Errors[0].Error, "lease expired") {
+		t.Fatalf("errors %+v, want one 'lease expired'", got.Errors)
+	}
+	if n := metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "lease_expired"}); n != 1 {
+		t.Fatalf("lease_expired repairs %v, want 1", n)
+	}
+}
+
+// TestReadyTaskWithoutDispatchIsRedispatched: a ready task whose dispatch
+// was lost is dispatched again under a new execution id.
+func TestReadyTaskWithoutDispatchIsRedispatched(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	reg := prometheus.NewRegistry()
+	cfg := fastReconcile
+	cfg.Metrics = reg
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s := newSpec("undispatched", "ok")
+	s.Capability = "late-executor"
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	testenv.Eventually(t, 20*time.Second, "ready", func() bool {
+		got, err := c.Get(ctx, "undispatched")
+		if err != nil {
+			return false
+		}
+		first = got.ExecutionID
+		return got.State == task.Ready
+	})
+	js, _ := jetstream.New(c.Conn())
+	ready, err := js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(subject.Ready("late-executor", s.Priority))); err != nil {
+		t.Fatal(err)
+	}
+	ex := okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"late-executor"}})
+	testenv.Start(t, ex)
+	got, err := c.Wait(ctx, "undispatched")
+	if err != nil || got.State != task.Succeeded {
+		t.Fatalf("undispatched: %s %v", got.State, err)
+	}
+	if got.ExecutionID == first {
+		t.Fatal("re-dispatched under the same execution id")
+	}
+	if n := metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "ready_not_dispatched"}); n < 1 {
+		t.Fatalf("ready_not_dispatched repairs %v, want ≥ 1", n)
+	}
+}
+
+// TestHealthyRunHasNoRepairs: a workload of chains, retries and fan-in with
+// nothing lost makes the reconciler look but repair nothing.
+func TestHealthyRunHasNoRepairs(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	reg := prometheus.NewRegistry()
+	cfg := fastReconcile
+	cfg.Metrics = reg
+	cfg.Retry = fastRetry
+	cfg.Breaker.Threshold = 1 // every task fails once: not a storm
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	ex := okExecutor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("flaky", func(_ context.Context, j *executor.Job) (any, error) {
+		if j.Attempt == 1 {
+			return nil, errors.New("first attempt fails")
+		}
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	var specs []task.Spec
+	for i := range 20 {
+		id := fmt.Sprintf("h-%d", i)
+		s := newSpec(id, "flaky")
+		if i > 0 {
+			s.DependsOn = []string{fmt.Sprintf("h-%d", i-1)}
+		}
+		specs = append(specs, s)
+	}
+	if _, err := c.SubmitGraph(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "h-19"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("h-19: %s %v", got.State, err)
+	}
+	total := 0.0
+	for _, r := range []string{"lease_expired", "ready_not_dispatched", "waiting_resolved", "shards_ended", "retry_overdue", "effects_completed"} {
+		total += metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": r})
+	}
+	if total != 0 {
+		t.Fatalf("%v repairs in a healthy run", total)
+	}
+}
+
+// TestHugeErrorDoesNotStallTask: a handler's 1 MiB error is truncated; the
+// task fails normally instead of looping on a write that cannot fit.
+func TestHugeErrorDoesNotStallTask(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("loud", func(context.Context, *executor.Job) (any, error) {
+		return nil, errors.New(strings.Repeat("é", 512<<10))
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	s := newSpec("loud", "loud")
+	s.MaxRetries = 0
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "loud")
+	if err != nil || got.State != task.Failed {
+		t.Fatalf("loud: %s %v", got.State, err)
+	}
+	if e := got.Errors[0].Error; len(e) > task.MaxErrorBytes || !strings.Contains(e, "truncated") {
+		t.Fatalf("error of %d bytes kept, want ≤ %d and marked truncated", len(e), task.MaxErrorBytes)
+	}
+}
+
+// TestDeletedConsumerIsRecreated: a consume loop that ends (its consumer
+// deleted) is recreated, and the work goes on.
+func TestDeletedConsumerIsRecreated(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	reg := prometheus.NewRegistry()
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg})
+	okExecutorStarted(t, srv.URL())
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := c.Submit(ctx, newSpec("before-delete", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "before-delete"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("before-delete: %s %v", got.State, err)
+	}
+	js, _ := jetstream.New(c.Conn())
+	if err := js.DeleteConsumer(ctx, subject.StreamCompleted, subject.ConsumerCompleted); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 45*time.Second, "completed consumer recreated", func() bool {
+		return metricValue(t, reg, "ax_consumer_restarts_total", map[string]string{"consumer": subject.ConsumerCompleted}) >= 1
+	})
+	if _, err := c.Submit(ctx, newSpec("after-delete", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "after-delete"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("after-delete: %s %v", got.State, err)
+	}
+}
+
+// TestSmallCapacityDrainsBacklog: an executor of capacity 1 started after
+// tasks were queued takes them one after another, not one per idle probe.
+func TestSmallCapacityDrainsBacklog(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	var specs []task.Spec
+	for i := range 300 {
+		s := newSpec(fmt.Sprintf("backlog-%d", i), "ok")
+		s.Priority = 5
+		if i%50 == 0 {
+			s.Priority = 3
+		}
+		specs = append(specs, s)
+	}
+	if _, err := c.SubmitMany(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "backlog ready", func() bool {
+		got, err := c.Get(ctx, "backlog-299")
+		return err == nil && got.State == task.Ready
+	})
+	// An idle probe far longer than the test: only pulling can drain it.
+	ex := okExecutor(t, srv.URL(), executor.Config{Capacity: 1, IdleProbe: time.Hour})
+	testenv.Start(t, ex)
+	for _, s := range specs {
+		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %s %v", s.ID, got.State, err)
+		}
+	}
+}
+
+// TestStartWaitsOutJetStream: an orchestrator started while JetStream does
+// not answer keeps retrying, saying so, and starts once it does.
+func TestStartWaitsOutJetStream(t *testing.T) {
+	t.Parallel()
+	cfg := natsserver.Config{StoreDir: t.TempDir()}
+	srv, err := natsserver.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.URL()
+	cfg.Port = srv.Addr().(*net.TCPAddr).Port
+	nc := testenv.Conn(t, url)
+	srv.Stop()
+	var logs syncBuffer
+	l := zerolog.New(&logs)
+	o, err := orchestrator.New(nc, orchestrator.Config{Logger: &l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- o.Start(context.Background()) }()
+	testenv.Eventually(t, 30*time.Second, "a retry logged", func() bool { return strings.Contains(logs.String(), "retrying") })
+	select {
+	case err := <-started:
+		t.Fatalf("Start returned during the outage: %v", err)
+	default:
+	}
+	if srv, err = natsserver.Start(cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	if err := <-started; err != nil {
+		t.Fatalf("Start after the outage: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = o.Stop(ctx)
+	})
+	okExecutorStarted(t, url)
+	c := testenv.Client(t, url)
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := c.Submit(ctx, newSpec("after-outage", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "after-outage"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("after-outage: %s %v", got.State, err)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,232 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// The reconciler — the design notes' fallback scan — is a durable timer per
+// unfinished task rather than a scan of history: every waiting, ready or
+// retrying task has a watch timer (ax.timer.watch.<id>), armed with the
+// effects of its state and purged when it ends. When a task has not moved
+// for longer than its state allows, its watch fires and fireWatch looks at
+// it (a leader read), re-ensures its effects through the normal
+// compare-and-set paths, and arms the next look. The cost is one timer per
+// unfinished task; the work queue hands each fire to one orchestrator.
+//
+// Looks back off with the time the task has not moved (ReconcileInterval
+// doubling up to ReconcileMaxInterval), so a long backlog costs a few looks
+// per task, and repairs are rare in a healthy system: each one is counted
+// in ax_reconciler_repairs_total by reason.
+
+// Repair reasons (the reason label of ax_reconciler_repairs_total).
+const (
+	repairLeaseExpired  = "lease_expired"
+	repairNotDispatched = "ready_not_dispatched"
+	repairWaiting       = "waiting_resolved"
+	repairShards        = "shards_ended"
+	repairRetryOverdue  = "retry_overdue"
+	repairEffects       = "effects_completed"
+)
+
+// armWatch (re)arms the reconciler's look at an unfinished task.
+func (o *Orchestrator) armWatch(ctx context.Context, t task.Task) error {
+	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t)})
+}
+
+// watchTime is when the reconciler should look at t if it has not moved.
+func (o *Orchestrator) watchTime(t task.Task) time.Time {
+	now := o.now()
+	switch {
+	case t.State == task.Running && t.StartedAt != nil:
+		if due := t.StartedAt.Add(t.Timeout.Std() + o.cfg.RunGrace); due.After(now) {
+			return due
+		}
+	case t.State == task.Retrying && t.RetryAt != nil:
+		if due := t.RetryAt.Add(o.cfg.RunGrace); due.After(now) {
+			return due
+		}
+	case t.State == task.Waiting && t.StartAt != nil:
+		if due := t.StartAt.Add(o.cfg.RunGrace); due.After(now) {
+			return due
+		}
+	}
+	still := now.Sub(t.UpdatedAt)
+	if t.State == task.Ready && t.ReadyAt != nil {
+		still = now.Sub(*t.ReadyAt)
+	}
+	return now.Add(min(max(still, o.cfg.ReconcileInterval), o.cfg.ReconcileMaxInterval))
+}
+
+// fireWatch is the reconciler's look at one task.
+func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
+	t, rev, err := o.store.Get(ctx, f.ID)
+	if err != nil {
+		// Not found (a leader read): the watch was armed for a task whose
+		// creation did not happen; its submission, if any, arms a new one.
+		return ignoreNotFound(err)
+	}
+	o.metrics.Checks.WithLabelValues(string(t.State)).Inc()
+	o.oldest.note(o, t)
+	if t.State.Terminal() {
+		// Its effects were cut short (the watch is purged with them).
+		o.repaired(repairEffects, t)
+		return o.ensureEffects(ctx, t, rev)
+	}
+	if strings.HasPrefix(t.Reason, "held:") {
+		return o.armWatch(ctx, t) // a pause or breaker holds it; its gate releases it
+	}
+	now := o.now()
+	switch t.State {
+	case task.Running:
+		return o.watchRunning(ctx, t)
+	case task.Ready:
+		present, err := o.dispatchPresent(ctx, t)
+		if err != nil || present {
+			if err != nil {
+				return err
+			}
+			return o.armWatch(ctx, t)
+		}
+		// No dispatch of its level is stored: it was lost (or dropped on a
+		// stale read). Dispatch again under a new execution id, so an
+		// executor holding an old copy cannot claim it twice.
+		o.repaired(repairNotDispatched, t)
+		_, err = o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
+			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
+				return nil, "", nil
+			}
+			next := o.readyNext(cur, cur.Attempt)
+			next.Dispatches = cur.Dispatches
+			return &next, "reconciler: no dispatch found " + now.Sub(*readyAt(cur)).Round(time.Second).String() + " after it became ready; dispatched again", nil
+		})
+		return ignoreNotFound(err)
+	case task.Retrying:
+		if t.RetryAt != nil && t.RetryAt.Add(o.cfg.RunGrace).After(now) {
+			return o.armWatch(ctx, t)
+		}
+		o.repaired(repairRetryOverdue, t)
+		return o.fireRetry(ctx, timerFire{ID: t.ID, Attempt: t.Attempt})
+	case task.Waiting:
+		if t.StartAt != nil && t.StartAt.Add(o.cfg.RunGrace).After(now) {
+			return o.armWatch(ctx, t)
+		}
+		reason := repairWaiting
+		if t.Phase == task.PhaseShards {
+			reason = repairShards
+		}
+		if err := o.ensureEffects(ctx, t, rev); err != nil {
+			return err
+		}
+		// ensureEffects re-armed the watch; say whether the task moved.
+		if cur, curRev, err := o.store.Get(ctx, t.ID); err == nil && curRev != rev && cur.State != task.Waiting {
+			o.repaired(reason, t)
+		}
+		return nil
+	}
+	return o.armWatch(ctx, t)
+}
+
+// watchRunning fails the attempt of a running task whose executor is gone:
+// past start + timeout + grace, with no live lease for its execution. The
+// dispatch's redelivery normally does this; this catches the cases where
+// the dispatch is gone (acknowledged, dropped, or its consumer lost).
+func (o *Orchestrator) watchRunning(ctx context.Context, t task.Task) error {
+	now := o.now()
+	if t.StartedAt == nil || t.StartedAt.Add(t.Timeout.Std()+o.cfg.RunGrace).After(now) {
+		return o.armWatch(ctx, t)
+	}
+	live, err := o.leased(ctx, t)
+	if err != nil {
+		return err
+	}
+	if live {
+		return o.armWatch(ctx, t) // a handler overrunning its timeout, still heart-beating
+	}
+	o.repaired(repairLeaseExpired, t)
+	return o.applyReport(ctx, task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
+		Executor: t.Executor, StartedAt: *t.StartedAt, FinishedAt: now, Status: task.OutcomeFailed,
+		Error: fmt.Sprintf("lease expired: running since %s (timeout %s) with no live lease from executor %q",
+			t.StartedAt.Format(time.RFC3339Nano), t.Timeout.Std(), t.Executor)})
+}
+
+// leased reports whether an executor holds a live lease on t's execution.
+func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
+	msg, err := o.leases.GetLastMsgForSubject(ctx, subject.Lease(t.ID))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read lease of %s: %w", t.ID, err)
+	}
+	var l task.Lease
+	if err := json.Unmarshal(msg.Data, &l); err != nil {
+		return false, nil
+	}
+	return l.ExecutionID == t.ExecutionID, nil
+}
+
+// dispatchPresent reports whether the ready stream holds any message on t's
+// capability and priority: a stream-leader count, so no dispatch means
+// none was stored (or all were taken).
+func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task) (bool, error) {
+	subj := subject.Ready(t.Capability, t.Priority)
+	info, err := o.ready.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return false, fmt.Errorf("count dispatches of %s: %w", subj, err)
+	}
+	return info.State.Subjects[subj] > 0, nil
+}
+
+func readyAt(t task.Task) *time.Time {
+	if t.ReadyAt != nil {
+		return t.ReadyAt
+	}
+	return &t.UpdatedAt
+}
+
+func (o *Orchestrator) repaired(reason string, t task.Task) {
+	o.metrics.Repairs.WithLabelValues(reason).Inc()
+	o.log.Warn().Str("task_id", t.ID).Str("state", string(t.State)).Str("repair", reason).
+		Time("updated_at", t.UpdatedAt).Msg("reconciler: task had stalled; moving it on")
+}
+
+// oldestSeen keeps, per state, the oldest unfinished task the reconciler
+// looked at within its last max interval (ax_reconciler_oldest_unfinished_seconds).
+type oldestSeen struct {
+	mu    sync.Mutex
+	byAge map[task.State]struct {
+		age  time.Duration
+		seen time.Time
+	}
+}
+
+func (s *oldestSeen) note(o *Orchestrator, t task.Task) {
+	now := o.now()
+	age := now.Sub(t.SubmittedAt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byAge == nil {
+		s.byAge = make(map[task.State]struct {
+			age  time.Duration
+			seen time.Time
+		})
+	}
+	cur, ok := s.byAge[t.State]
+	if ok && age < cur.age && now.Sub(cur.seen) < o.cfg.ReconcileMaxInterval {
+		return
+	}
+	cur.age, cur.seen = age, now
+	s.byAge[t.State] = cur
+	o.metrics.OldestUnfinished.WithLabelValues(string(t.State)).Set(age.Seconds())
+}
