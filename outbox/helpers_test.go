@@ -150,7 +150,7 @@ func waitTasks(t *testing.T, c *sdk.Client, prefix string, n int, d time.Duratio
 // creation event and has no second one: each row became exactly one task.
 func checkOneCreation(t *testing.T, c *sdk.Client, ids []string) {
 	t.Helper()
-	ctx := testenv.Context(t, time.Minute)
+	ctx := testenv.Context(t, 3*time.Minute)
 	for _, id := range ids {
 		h, err := c.History(ctx, id)
 		if err != nil {
