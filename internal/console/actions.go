@@ -79,6 +79,7 @@ func (s *Server) handleAction(w http.ResponseWriter, r *http.Request, v *visit) 
 		return
 	}
 	results := s.carryOut(ctx, v.User, p)
+	s.forgetOverview() // the next overview shows the action's effect
 	failed := 0
 	for _, o := range results {
 		if !o.OK {

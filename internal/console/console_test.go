@@ -315,6 +315,7 @@ func TestConsolePagesWithMySQL(t *testing.T) {
 		b.mustGet("/tasks?from="+from+"&sort=id&order=asc", f.failing)
 		body = b.mustGet("/tasks?limit=1&sort=id", `id="next"`)
 		b.mustGet("/tasks?limit=1&sort=id&page=2", `id="prev"`)
+		b.mustGet("/tasks?state=failed&type="+typeToggle, `href="/tasks?state=failed&amp;type=`+typeToggle+`" id="self"`)
 		_ = body
 	})
 

@@ -31,7 +31,7 @@ var (
 	reULID   = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
 	reHex    = regexp.MustCompile(`(?i)\b0x[0-9a-f]+\b|\b[0-9a-f]{12,}\b`)
 	reQuoted = regexp.MustCompile(`"[^"]*"|'[^']*'`)
-	reNumber = regexp.MustCompile(`\d+(\.\d+)?`)
+	reNumber = regexp.MustCompile(`\d+`)
 	reSpace  = regexp.MustCompile(`\s+`)
 )
 

@@ -83,6 +83,13 @@ func (s *Server) overview(ctx context.Context) (*Overview, error) {
 	return s.ov, s.ovErr
 }
 
+// forgetOverview drops the cached overview.
+func (s *Server) forgetOverview() {
+	s.ovMu.Lock()
+	s.ov = nil
+	s.ovMu.Unlock()
+}
+
 func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -439,7 +439,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, v *visit) 
 		return "/tasks?" + q.Encode()
 	}
 	data := map[string]any{
-		"Title": "Tasks", "P": p, "R": res, "States": task.States, "Query": p.values().Encode(),
+		"Title": "Tasks", "P": p, "R": res, "States": task.States, "Query": p.values().Encode(), "Self": "/tasks?" + p.values().Encode(),
 		"Prev": "", "Next": "", "SortUpdated": sortLink(audit.SortUpdated), "SortID": sortLink(audit.SortID),
 		"SortSince": sortLink(audit.SortStateSince), "Empty": p.empty(),
 		"From": fmtInput(p.From), "To": fmtInput(p.To), "Failed": p.State == string(task.Failed), "MaxBulk": maxBulk,
