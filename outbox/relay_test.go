@@ -111,4 +111,3 @@ func TestRelayNATSDown(t *testing.T) {
 	checkOneCreation(t, c, idsOf(specs))
 	t.Logf("relay: %+v", relay.Stats())
 }
-
