@@ -112,35 +112,18 @@ func (e *Executor) Start(ctx context.Context) error {
 	if e.stopFn != nil {
 		return nil
 	}
-	// The orchestrator creates AX's streams; an executor started first (or
-	// during a JetStream outage) waits for them.
-	err := topology.Await(ctx, e.js, func(err error, wait time.Duration) {
-		e.log.Warn().Err(err).Dur("retry_in", wait).Msg("AX's streams are not available yet; waiting")
+	// The orchestrator creates AX's streams; an executor started first, or
+	// during a JetStream outage, waits for them.
+	var pullers []*puller
+	err := topology.Retry(ctx, func(ctx context.Context) error {
+		var err error
+		pullers, err = e.bind(ctx)
+		return err
+	}, func(err error, wait time.Duration) {
+		e.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot bind to AX's streams yet; waiting")
 	})
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
-	}
-	st, err := store.New(ctx, e.js)
-	if err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	e.store = st
-	if e.fanin, err = fanin.New(ctx, e.js); err != nil {
-		return fmt.Errorf("executor: %w", err)
-	}
-	if e.objects, err = e.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
-		return fmt.Errorf("executor: bind %s: %w", subject.BucketObjects, err)
-	}
-	if e.leases, err = e.js.Stream(ctx, subject.StreamLeases); err != nil {
-		return fmt.Errorf("executor: bind %s: %w", subject.StreamLeases, err)
-	}
-	var pullers []*puller
-	for _, capability := range e.cfg.Capabilities {
-		p, err := e.newPuller(ctx, capability)
-		if err != nil {
-			return err
-		}
-		pullers = append(pullers, p)
 	}
 	sub, err := e.nc.Subscribe(subject.CancelSignalAll, func(m *nats.Msg) {
 		e.signalsMu.Lock()
@@ -169,6 +152,36 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.log.Info().Strs("capabilities", e.cfg.Capabilities).Float64("capacity", e.cfg.Capacity).Msg("executor started")
 	return nil
+}
+
+// bind binds the streams the executor uses and its ready consumers.
+func (e *Executor) bind(ctx context.Context) ([]*puller, error) {
+	if err := topology.Check(ctx, e.js); err != nil {
+		return nil, err
+	}
+	st, err := store.New(ctx, e.js)
+	if err != nil {
+		return nil, err
+	}
+	e.store = st
+	if e.fanin, err = fanin.New(ctx, e.js); err != nil {
+		return nil, err
+	}
+	if e.objects, err = e.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
+		return nil, fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
+	}
+	if e.leases, err = e.js.Stream(ctx, subject.StreamLeases); err != nil {
+		return nil, fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
+	}
+	var pullers []*puller
+	for _, capability := range e.cfg.Capabilities {
+		p, err := e.newPuller(ctx, capability)
+		if err != nil {
+			return nil, err
+		}
+		pullers = append(pullers, p)
+	}
+	return pullers, nil
 }
 
 // Stop stops pulling, then waits for running handlers to finish and report.

@@ -496,3 +496,30 @@ func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
 		t.Fatalf("%d take-overs of a live executor", got.Takeovers)
 	}
 }
+
+// TestDeletedReadyConsumerIsRecreated: an executor whose ready consumer was
+// deleted (by hand, or lost) creates it again instead of idling for ever.
+func TestDeletedReadyConsumerIsRecreated(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{IdleProbe: 200 * time.Millisecond})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	js, _ := jetstream.New(c.Conn())
+	for lvl := range task.Levels {
+		if err := js.DeleteConsumer(ctx, subject.StreamReady, subject.ReadyConsumer(task.DefaultCapability, lvl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := task.New("ok", nil)
+	s.ID = "after-consumer-deleted"
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+		t.Fatalf("%s: %v", s.ID, err)
+	}
+}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,22 @@ type puller struct {
 
 func (e *Executor) newPuller(ctx context.Context, capability string) (*puller, error) {
 	p := &puller{e: e, capability: capability, picker: swrr.New(e.cfg.Weights[:]), bellRng: make(chan struct{}, 1)}
+	if err := p.bindLevels(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// consumerGone reports whether a pull failed because its consumer may not
+// exist any more (a pull to a missing consumer has no responders).
+func consumerGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// bindLevels creates (or updates) the capability's six ready consumers.
+func (p *puller) bindLevels(ctx context.Context) error {
+	e, capability := p.e, p.capability
 	for lvl := range task.Levels {
 		cons, err := e.js.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
 			Durable:       subject.ReadyConsumer(capability, lvl),
@@ -58,11 +75,11 @@ func (e *Executor) newPuller(ctx context.Context, capability string) (*puller, e
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("executor: ready consumer %s p%d: %w", capability, lvl, err)
+			return fmt.Errorf("executor: ready consumer %s p%d: %w", capability, lvl, err)
 		}
 		p.levels[lvl] = cons
 	}
-	return p, nil
+	return nil
 }
 
 func (p *puller) run(ctx context.Context) {
@@ -80,6 +97,13 @@ func (p *puller) run(ctx context.Context) {
 				return
 			}
 			p.backoff(ctx, err)
+			if consumerGone(err) {
+				// Deleted by hand or lost: create it again, or nobody
+				// would ever pull this capability's tasks.
+				if err := p.bindLevels(ctx); err != nil {
+					p.e.log.Warn().Err(err).Str("capability", p.capability).Msg("cannot recreate the ready consumers; retrying")
+				}
+			}
 			continue
 		}
 		p.failures = 0
@@ -192,6 +216,9 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (
 		p.e.start(msg)
 	}
 	if err := batch.Error(); err != nil && ctx.Err() == nil {
+		if consumerGone(err) {
+			return k, fmt.Errorf("pull %s p%d: %w", p.capability, lvl, err)
+		}
 		p.e.log.Debug().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull ended early")
 	}
 	return k, nil
