@@ -470,8 +470,13 @@ func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error
 	return nil
 }
 
-// cancelDependents cancels, transitively, every dependent of a task that did
-// not succeed.
+// cancelDependents cancels the direct dependents of a task that did not
+// succeed. Each cancelled dependent's own effects — cancelling its own
+// dependents — run from its own message (an immediate watch fire), so one
+// handler does O(direct dependents) work whatever the DAG's depth, and the
+// whole cascade costs O(edges): a dependent already ended is not walked
+// through again (its own effects were, or will be, ensured by its own
+// message or its watch).
 func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error {
 	for _, id := range t.Dependents {
 		if err := o.cancelBecauseUpstream(ctx, id, t); err != nil {
@@ -482,26 +487,28 @@ func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error 
 }
 
 func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up task.Task) error {
-	var cascade *task.Task
-	_, err := o.transition(ctx, id, func(child task.Task, _ uint64) (*task.Task, string, error) {
-		if child.State.Terminal() {
-			if child.State == task.Cancelled || child.State == task.Failed || child.State == task.Expired {
-				cascade = &child // finish a cascade a crash may have interrupted
-			}
-			return nil, "", nil
+	for range maxCASRetries {
+		child, rev, err := o.store.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil // not created yet: its creation sees the upstream's state
 		}
-		return o.finished(child, task.Cancelled), fmt.Sprintf("upstream %s is %s", up.ID, up.State), nil
-	})
-	if errors.Is(err, store.ErrNotFound) {
-		return nil // not created yet: its creation sees the upstream's state
+		if err != nil {
+			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
+		}
+		if child.State.Terminal() {
+			return nil
+		}
+		next := o.finished(child, task.Cancelled)
+		_, err = o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
+		if err == nil {
+			// Its effects, from its own message.
+			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now(), Cascade: true})
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
-	}
-	if cascade != nil {
-		return o.cancelDependents(ctx, *cascade)
-	}
-	return nil
+	return fmt.Errorf("cancel dependent %s of %s: too many concurrent changes", id, up.ID)
 }
 
 // deadLetter writes the dead-letter entry of a failed task (one per task:

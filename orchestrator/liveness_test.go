@@ -22,6 +22,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
@@ -504,4 +505,83 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestCascadeCostsEdgesNotPaths: cancelling the root of a ladder of depth 30
+// (each layer two tasks depending on both of the layer before: 2^31 paths)
+// and of a 10-stage × 10-wide all-to-all pipeline cancels everything with a
+// number of task reads proportional to the edges, each task's own event
+// driving its own cascade.
+func TestCascadeCostsEdgesNotPaths(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	o := testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 3*time.Minute)
+	type shape struct {
+		root          string
+		stages, width int
+	}
+	for _, sh := range []shape{{"ladder", 30, 2}, {"pipeline", 10, 10}} {
+		root := newSpec(sh.root, "ok")
+		root.Capability = "nobody" // stays ready until cancelled
+		specs := []task.Spec{root}
+		prev := []string{sh.root}
+		edges := 0
+		for st := range sh.stages {
+			var layer []string
+			for w := range sh.width {
+				id := fmt.Sprintf("%s-%d-%d", sh.root, st, w)
+				specs = append(specs, newSpec(id, "ok", prev...))
+				edges += len(prev)
+				layer = append(layer, id)
+			}
+			prev = layer
+		}
+		if _, err := c.SubmitGraph(ctx, specs); err != nil {
+			t.Fatal(err)
+		}
+		last := specs[len(specs)-1].ID
+		testenv.Eventually(t, time.Minute, last+" created", func() bool {
+			got, err := c.Get(ctx, last)
+			return err == nil && got.State == task.Waiting
+		})
+		before := o.StoreReads()
+		if _, err := c.Cancel(ctx, sh.root, "test"); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range specs {
+			if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Cancelled {
+				t.Fatalf("%s: %v", s.ID, err)
+			}
+		}
+		reads := o.StoreReads() - before
+		t.Logf("%s: %d tasks, %d edges, %d task reads to cancel them all", sh.root, len(specs), edges, reads)
+		if limit := uint64(3 * (edges + len(specs))); reads > limit {
+			t.Fatalf("%s: %d reads for %d edges and %d tasks (limit %d): the cascade walks paths", sh.root, reads, edges, len(specs), limit)
+		}
+	}
+}
+
+// TestShardIDsAreReserved: a submission may not squat a shard's id (its
+// parent would wait for a shard that is not its own).
+func TestShardIDsAreReserved(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	s := newSpec("victim/shard/0", "ok")
+	if _, err := c.Submit(ctx, s); err == nil || !strings.Contains(err.Error(), "reserved for the shards") {
+		t.Fatalf("SDK submit of a shard id: %v", err)
+	}
+	publishRaw(t, c.Conn(), subject.Submit("ok"), []byte(`{"id":"victim/shard/1","type":"ok"}`))
+	var rej *sdk.RejectedError
+	testenv.Eventually(t, 20*time.Second, "rejected", func() bool {
+		_, err := c.Get(ctx, "victim/shard/1")
+		return errors.As(err, &rej)
+	})
+	if !strings.Contains(rej.Rejection.Reason, "reserved for the shards") {
+		t.Fatalf("reason %q", rej.Rejection.Reason)
+	}
 }

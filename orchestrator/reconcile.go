@@ -79,8 +79,10 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 	o.metrics.Checks.WithLabelValues(string(t.State)).Inc()
 	o.oldest.note(o, t)
 	if t.State.Terminal() {
-		// Its effects were cut short (the watch is purged with them).
-		o.repaired(repairEffects, t)
+		if !f.Cascade {
+			// Its effects were cut short (the watch is purged with them).
+			o.repaired(repairEffects, t)
+		}
 		return o.ensureEffects(ctx, t, rev)
 	}
 	if strings.HasPrefix(t.Reason, "held:") {

@@ -104,6 +104,10 @@ func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok
 		g.Go(func() error { return o.createShard(gctx, parent, n, s) })
 	}
 	if err := g.Wait(); err != nil {
+		var foreign errForeignShard
+		if errors.As(err, &foreign) {
+			return false, o.failParent(ctx, parent.ID, "", "its shards cannot be registered: "+foreign.Error())
+		}
 		return false, fmt.Errorf("register shards of %s: %w", parent.ID, err)
 	}
 	o.log.Debug().Str("task_id", parent.ID).Int("shards", len(plan.Shards)).Msg("shards registered")
@@ -141,11 +145,24 @@ func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int,
 	rev, err := o.write(ctx, task.Task{}, 0, &t, reason)
 	if errors.Is(err, store.ErrConflict) {
 		t, rev, err = o.store.Get(ctx, spec.ID)
+		if err == nil && (t.Parent != parent.ID || t.ShardIndex != n) {
+			// Shard ids are reserved at submission; one that exists and is
+			// not this parent's (from an older version) must not be waited
+			// for as if it were.
+			return errForeignShard{id: spec.ID}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("create shard %s: %w", spec.ID, err)
 	}
 	return o.ensureEffects(ctx, t, rev)
+}
+
+// errForeignShard: a task with a shard's id exists and is not that shard.
+type errForeignShard struct{ id string }
+
+func (e errForeignShard) Error() string {
+	return fmt.Sprintf("task %s exists and is not a shard of this task", e.id)
 }
 
 // markRegistered records that every shard of a parent exists and returns

@@ -23,6 +23,9 @@ type timerFire struct {
 	Attempt     int       `json:"attempt,omitempty"`
 	ExecutionID string    `json:"execution_id,omitempty"`
 	At          time.Time `json:"at"`
+	// Cascade marks a watch fired at once to run the effects of a task
+	// its upstream's cascade ended (not a repair).
+	Cascade bool `json:"cascade,omitempty"`
 }
 
 // armRetry makes sure a retrying task has its durable timer: a JetStream

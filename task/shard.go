@@ -96,8 +96,12 @@ type MemberOutcome struct {
 	Error string `json:"error,omitempty"`
 }
 
+// ShardSeparator joins a sharded task's id and a shard's index in the
+// shard's id. Submitted ids may not contain it: those ids are the shards'.
+const ShardSeparator = "/shard/"
+
 // ShardID is the id of shard n of parent.
-func ShardID(parent string, n int) string { return parent + "/shard/" + strconv.Itoa(n) }
+func ShardID(parent string, n int) string { return parent + ShardSeparator + strconv.Itoa(n) }
 
 // IsShard reports whether t is a shard of a sharded parent.
 func (t *Task) IsShard() bool { return t.Parent != "" }

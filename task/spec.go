@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -218,6 +219,8 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"id", "is empty"}
 	case !ValidID(s.ID):
 		return &ValidationError{"id", fmt.Sprintf("%q is not 1-128 of [A-Za-z0-9_-=/] starting with a letter or digit", s.ID)}
+	case strings.Contains(s.ID, ShardSeparator):
+		return &ValidationError{"id", fmt.Sprintf("%q contains %q, which is reserved for the shards of sharded tasks", s.ID, ShardSeparator)}
 	case s.Type == "":
 		return &ValidationError{"type", "is empty"}
 	case !ValidType(s.Type):
