@@ -21,6 +21,7 @@ const (
 	DefaultBatch   = 256
 	DefaultAckWait = time.Minute
 
+	DefaultDispatchCacheBytes   = 64 << 20
 	DefaultDependencyTimeout    = 10 * time.Minute
 	DefaultReconcileInterval    = time.Minute
 	DefaultReconcileMaxInterval = time.Hour
@@ -72,6 +73,10 @@ type Config struct {
 	// "lease expired" (its executor is gone and its dispatch will not be
 	// redelivered). Default 1m.
 	RunGrace time.Duration
+	// DispatchCacheBytes bounds the memory of the recent dispatches kept so
+	// a report is applied without reading its task (an entry lost costs one
+	// read). Default 64 MiB.
+	DispatchCacheBytes int64
 	// Topology tunes the streams created at start.
 	Topology topology.Options
 	// Metrics registers the orchestrator's Prometheus metrics (names in
@@ -102,6 +107,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait
+	}
+	if c.DispatchCacheBytes <= 0 {
+		c.DispatchCacheBytes = DefaultDispatchCacheBytes
 	}
 	if c.DependencyTimeout <= 0 {
 		c.DependencyTimeout = DefaultDependencyTimeout

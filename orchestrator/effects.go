@@ -189,7 +189,7 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.Priority), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
-	o.dispatched.Add(t.ID, dispatched{task: t, revision: rev})
+	o.dispatched.add(dispatched{task: t, revision: rev})
 	if err := o.armWatch(ctx, t); err != nil {
 		return err
 	}
@@ -201,15 +201,6 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		return o.armTimer(ctx, subject.TimerDispatch, timerFire{ID: t.ID, ExecutionID: t.ExecutionID, At: at})
 	}
 	return nil
-}
-
-// dispatchCacheSize bounds the dispatches remembered for handleReport.
-const dispatchCacheSize = 100_000
-
-// dispatched is a task as it was dispatched, at its revision.
-type dispatched struct {
-	task     task.Task
-	revision uint64
 }
 
 // readyNext returns t prepared for a new dispatch (attempt n).

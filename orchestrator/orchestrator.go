@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -45,7 +44,7 @@ type Orchestrator struct {
 	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied
 	// without reading the task back (see handleReport).
-	dispatched *lru.Cache[string, dispatched]
+	dispatched *dispatchCache
 	// retrySlots is the shared retry budget counter.
 	retrySlots window.Counter
 	// control is the AX_CONTROL bucket behind gate.
@@ -72,11 +71,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	cache, err := lru.New[string, dispatched](dispatchCacheSize)
-	if err != nil {
-		return nil, fmt.Errorf("orchestrator: %w", err)
-	}
-	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: cache, gate: newGate(cfg.Breaker), metrics: metrics.NewOrchestrator(cfg.Metrics),
+	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: newDispatchCache(cfg.DispatchCacheBytes), gate: newGate(cfg.Breaker), metrics: metrics.NewOrchestrator(cfg.Metrics),
 		log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
 }
 

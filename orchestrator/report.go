@@ -84,11 +84,10 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 }
 
 func (o *Orchestrator) claimedFromCache(r task.Report) (task.Task, uint64, bool) {
-	d, ok := o.dispatched.Get(r.ID)
+	d, ok := o.dispatched.take(r.ID)
 	if !ok || r.DispatchRevision == 0 || r.ClaimRevision == 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
 		return task.Task{}, 0, false
 	}
-	o.dispatched.Remove(r.ID)
 	return d.task.Claimed(r.Executor, r.StartedAt), r.ClaimRevision, true
 }
 
