@@ -22,6 +22,7 @@ const (
 	DefaultAckWait = time.Minute
 
 	DefaultDispatchCacheBytes   = 64 << 20
+	DefaultMaxDeliveries        = 50
 	DefaultDependencyTimeout    = 10 * time.Minute
 	DefaultReconcileInterval    = time.Minute
 	DefaultReconcileMaxInterval = time.Hour
@@ -73,6 +74,11 @@ type Config struct {
 	// "lease expired" (its executor is gone and its dispatch will not be
 	// redelivered). Default 1m.
 	RunGrace time.Duration
+	// MaxDeliveries is how often a message is delivered to a handler that
+	// keeps failing (with growing delays, about 8 minutes at the default)
+	// before it is kept as poison on AX_POISON for an operator to inspect
+	// and re-drive (`ax poison`), instead of looping for ever. Default 50.
+	MaxDeliveries uint64
 	// DispatchCacheBytes bounds the memory of the recent dispatches kept so
 	// a report is applied without reading its task (an entry lost costs one
 	// read). Default 64 MiB.
@@ -107,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
 	}
 	if c.DispatchCacheBytes <= 0 {
 		c.DispatchCacheBytes = DefaultDispatchCacheBytes

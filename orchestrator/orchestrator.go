@@ -147,6 +147,9 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 			AckWait:       o.cfg.AckWait,
 			MaxAckPending: 4 * o.cfg.Batch * o.cfg.Workers / 16,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
+			// The handler keeps a message as poison at MaxDeliveries; this
+			// is the server's backstop should even that keep failing.
+			MaxDeliver: 2 * int(o.cfg.MaxDeliveries),
 		}
 		bind := func(ctx context.Context) (jetstream.Consumer, error) {
 			cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
@@ -161,8 +164,17 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 			o.bg.Wait()
 			return fmt.Errorf("orchestrator: %w", err)
 		}
+		keep := consume.KeepPoison(o.js, l.consumer)
+		poisoned := o.metrics.Poisoned.WithLabelValues(l.consumer)
 		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
-			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait}
+			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait, MaxDeliveries: o.cfg.MaxDeliveries,
+			Poison: func(ctx context.Context, msg jetstream.Msg, reason error) error {
+				if err := keep(ctx, msg, reason); err != nil {
+					return err
+				}
+				poisoned.Inc()
+				return nil
+			}}
 		up := o.metrics.ConsumerUp.WithLabelValues(l.consumer)
 		restarts := o.metrics.ConsumerRestarts.WithLabelValues(l.consumer)
 		started := false

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -59,7 +60,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func commands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		devCmd(g), orchestratorCmd(g), serverCmd(g), workerCmd(g),
-		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), rejectedCmd(g), benchCmd(g), scheduleCmd(g), pauseCmd(g), resumeCmd(g), mirrorCmd(g), auditCmd(g), topologyCmd(g), consoleCmd(g),
+		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), rejectedCmd(g), benchCmd(g), scheduleCmd(g), pauseCmd(g), resumeCmd(g), mirrorCmd(g), auditCmd(g), topologyCmd(g), poisonCmd(g), consoleCmd(g),
 		relayCmd(g),
 	}
 }
@@ -105,6 +106,23 @@ func (g *globals) withClient(fn func(ctx context.Context, c *sdk.Client, args []
 		}
 		defer c.Close()
 		return fn(ctx, c, args)
+	}
+}
+
+// withJetStream makes a command's RunE that connects and hands fn a
+// JetStream context, closing the connection afterwards.
+func (g *globals) withJetStream(fn func(ctx context.Context, js jetstream.JetStream, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		nc, err := g.connect("ax-cli")
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return fmt.Errorf("jetstream: %w", err)
+		}
+		return fn(cmd.Context(), js, args)
 	}
 }
 

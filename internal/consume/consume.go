@@ -8,11 +8,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+
+	"github.com/ax-run/ax/internal/subject"
 )
 
 // Handler processes one message. A nil error acks it; an error naks it with
@@ -38,6 +43,14 @@ type Loop struct {
 	AckWait time.Duration
 	// Log receives warnings about failed handlers.
 	Log zerolog.Logger
+	// MaxDeliveries is the delivery at which a message whose handler still
+	// fails is handed to Poison instead of being retried again. 0: retry
+	// for ever.
+	MaxDeliveries uint64
+	// Poison keeps a message that could not be handled (see MaxDeliveries)
+	// where an operator can see and re-drive it; the message is then
+	// terminated. An error from it retries the message later.
+	Poison func(ctx context.Context, msg jetstream.Msg, reason error) error
 }
 
 // ErrEnded is wrapped by Run's error when the loop ended for a reason
@@ -149,10 +162,57 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, mdErr := msg.Metadata(); mdErr == nil {
 		delivered = md.NumDelivered
 	}
+	if l.MaxDeliveries > 0 && delivered >= l.MaxDeliveries && l.Poison != nil {
+		if perr := l.Poison(ctx, msg, err); perr == nil {
+			l.Log.Error().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).
+				Uint64("deliveries", delivered).Msg("message could not be applied; kept as poison for re-drive (ax poison)")
+			_ = msg.Term()
+			return
+		} else {
+			l.Log.Warn().Err(perr).Str("consumer", l.Name).Msg("cannot keep a poison message; will retry it")
+		}
+	}
 	delay := NakDelay(delivered)
 	l.Log.Warn().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).
 		Uint64("deliveries", delivered).Dur("redeliver_in", delay).Msg("handler failed; will retry")
 	_ = msg.NakWithDelay(delay)
+}
+
+// KeepPoison returns a Poison func that publishes the message, with its
+// subject, the reason and its delivery count in headers, to
+// subject.Poison(consumer, stream sequence) through js (de-duplicated on that
+// subject, so a retried poisoning keeps one copy).
+func KeepPoison(js jetstream.JetStream, consumer string) func(ctx context.Context, msg jetstream.Msg, reason error) error {
+	return func(ctx context.Context, msg jetstream.Msg, reason error) error {
+		md, err := msg.Metadata()
+		if err != nil {
+			return fmt.Errorf("poison: metadata: %w", err)
+		}
+		out := nats.NewMsg(subject.Poison(consumer, md.Sequence.Stream))
+		out.Data = msg.Data()
+		out.Header.Set(subject.HeaderPoisonSubject, msg.Subject())
+		out.Header.Set(subject.HeaderPoisonReason, truncate(reason.Error(), 4096))
+		out.Header.Set(subject.HeaderPoisonDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+		out.Header.Set(subject.HeaderMsgID, out.Subject)
+		if _, err := js.PublishMsg(ctx, out); err != nil {
+			return fmt.Errorf("poison: keep %s: %w", out.Subject, err)
+		}
+		return nil
+	}
+}
+
+// truncate makes s a header value: one line of at most n bytes.
+func truncate(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // NakDelay is the redelivery delay after the n-th failed delivery: 100ms,

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 )
 
@@ -114,4 +115,40 @@ func TestStopFinishesMessagesInHand(t *testing.T) {
 		p, a := pending(t, cons)
 		return p == 0 && a == 0
 	})
+}
+
+// TestPoisonAfterDeliveryLimit: a message whose handler keeps failing is
+// kept as poison, with its subject and the reason, after MaxDeliveries, and
+// the loop stops retrying it.
+func TestPoisonAfterDeliveryLimit(t *testing.T) {
+	t.Parallel()
+	js, cons := setup(t, 30*time.Second)
+	ctx := testenv.Context(t, 30*time.Second)
+	var calls atomic.Int32 // AX_POISON exists: testenv creates AX's topology
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Log: zerolog.Nop(), MaxDeliveries: 3,
+		Poison: consume.KeepPoison(js, "c"),
+		Handle: func(context.Context, jetstream.Msg) error {
+			calls.Add(1)
+			return errors.New("cannot apply:\nnever")
+		}})
+	defer stop()
+	testenv.Eventually(t, 20*time.Second, "poisoned and acknowledged", func() bool {
+		n, ack := pending(t, cons)
+		return calls.Load() >= 3 && n == 0 && ack == 0
+	})
+	st, err := js.Stream(ctx, subject.StreamPoison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, subject.Poison("c", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(msg.Data) != "x" || msg.Header.Get(subject.HeaderPoisonSubject) != "t.1" ||
+		msg.Header.Get(subject.HeaderPoisonReason) != "cannot apply: never" || msg.Header.Get(subject.HeaderPoisonDeliveries) != "3" {
+		t.Fatalf("poison message %q %v", msg.Data, msg.Header)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("handler called %d times, want 3", n)
+	}
 }

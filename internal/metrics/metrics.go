@@ -29,6 +29,9 @@ type Orchestrator struct {
 	ConsumerUp *prometheus.GaugeVec
 	// ConsumerRestarts counts consume loops that ended and were recreated.
 	ConsumerRestarts *prometheus.CounterVec
+	// Poisoned counts messages kept as poison after their delivery limit,
+	// by consumer.
+	Poisoned *prometheus.CounterVec
 	// Repairs counts unfinished tasks the reconciler moved on, by reason.
 	Repairs *prometheus.CounterVec
 	// Checks counts the reconciler's looks at unfinished tasks, by state.
@@ -51,6 +54,8 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 			Help: "1 while the orchestrator's consume loop of a consumer runs, 0 while it is being recreated."}, []string{"consumer"}),
 		ConsumerRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_consumer_restarts_total",
 			Help: "Consume loops that ended for a reason other than Stop and were recreated."}, []string{"consumer"}),
+		Poisoned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_poison_messages_total",
+			Help: "Messages an orchestrator could not apply after their delivery limit, kept on AX_POISON (ax poison list)."}, []string{"consumer"}),
 		Repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_repairs_total",
 			Help: "Unfinished tasks the reconciler found stalled and moved on, by reason (rare in a healthy system)."}, []string{"reason"}),
 		Checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_reconciler_checks_total",
@@ -58,7 +63,7 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 		OldestUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_reconciler_oldest_unfinished_seconds",
 			Help: "Age since submission of the oldest unfinished task the reconciler looked at in its last max interval, by state."}, []string{"state"}),
 	}
-	register(reg, m.Transitions, m.Rejections, m.Held, m.ConsumerUp, m.ConsumerRestarts, m.Repairs, m.Checks, m.OldestUnfinished)
+	register(reg, m.Transitions, m.Rejections, m.Held, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished)
 	return m
 }
 
