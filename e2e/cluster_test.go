@@ -1,0 +1,338 @@
+//go:build unix
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/mirror/mirrortest"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// clusterSettings size TestCluster; the environment overrides them.
+type clusterSettings struct {
+	tasks      int           // submitted tasks (shards come on top)
+	waves      int           // submission batches
+	submitSpan time.Duration // the waves are spread over this
+	faultSpan  time.Duration // faults are injected for this long
+	faults     bool
+	syncAlways bool
+	// quiet: with tasks unfinished and no new event in AX_TASKS for this
+	// long after healing, the rest are stuck. settle bounds the whole wait.
+	quiet, settle time.Duration
+	orchFlags     []string
+}
+
+func clusterSettingsFromEnv(t *testing.T) clusterSettings {
+	s := clusterSettings{tasks: 10_000, submitSpan: 70 * time.Second, faultSpan: 80 * time.Second,
+		faults: true, quiet: 90 * time.Second, settle: 5 * time.Minute}
+	if os.Getenv("AX_CLUSTER_LONG") == "1" {
+		s.tasks, s.submitSpan, s.faultSpan = 20_000, 9*time.Minute, 10*time.Minute
+	}
+	envInt := func(key string, v *int) {
+		if e := os.Getenv(key); e != "" {
+			n, err := strconv.Atoi(e)
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			*v = n
+		}
+	}
+	envDur := func(key string, v *time.Duration) {
+		if e := os.Getenv(key); e != "" {
+			d, err := time.ParseDuration(e)
+			if err != nil {
+				t.Fatalf("%s: %v", key, err)
+			}
+			*v = d
+		}
+	}
+	envInt("AX_CLUSTER_TASKS", &s.tasks)
+	envDur("AX_CLUSTER_SUBMIT_SPAN", &s.submitSpan)
+	envDur("AX_CLUSTER_FAULT_SPAN", &s.faultSpan)
+	envDur("AX_CLUSTER_QUIET", &s.quiet)
+	envDur("AX_CLUSTER_SETTLE", &s.settle)
+	s.faults = os.Getenv("AX_CLUSTER_FAULTS") != "0"
+	s.syncAlways = os.Getenv("AX_CLUSTER_SYNC_ALWAYS") == "1"
+	s.waves = max(3, int(s.submitSpan/(2*time.Second)))
+	s.orchFlags = strings.Fields(os.Getenv("AX_CLUSTER_ORCH_FLAGS"))
+	return s
+}
+
+// TestCluster runs AX on a real 3-node JetStream cluster (R3 streams): two
+// orchestrators, three executors and the MySQL mirror, a workload of at
+// least 10,000 tasks (chains, fan-ins of 20, sharded jobs, flaky and
+// always-failing handlers, late dependents, plain tasks) submitted while
+// nodes, orchestrators and executors are killed with -9 and restarted, a
+// node is paused with SIGSTOP, and one node at a time is partitioned from
+// the others. Then it heals everything, waits until every task is
+// terminal (or nothing moves any more) and checks every history, the dead
+// letters and the mirror. It prints the figures: tasks, faults, stuck
+// tasks, the longest stall and the reconciler's repairs per reason.
+//
+// Knobs: AX_CLUSTER_LONG=1 (20,000 tasks, 10 minutes of faults),
+// AX_CLUSTER_FAULTS=0 (no faults: the baseline), AX_CLUSTER_TASKS,
+// AX_CLUSTER_SUBMIT_SPAN, AX_CLUSTER_FAULT_SPAN, AX_CLUSTER_QUIET,
+// AX_CLUSTER_SETTLE, AX_CLUSTER_SYNC_ALWAYS=1 (fsync every write),
+// AX_CLUSTER_ORCH_FLAGS (extra orchestrator flags), and the package's
+// AX_E2E_SEED, AX_E2E_LOG_LEVEL, AX_E2E_LOGDIR.
+func TestCluster(t *testing.T) {
+	cfg := clusterSettingsFromEnv(t)
+	c := newCluster(t)
+	testStart := time.Now()
+	rng := newRand(t)
+	w := newClusterWorkload(rng, cfg.tasks, cfg.waves)
+	t.Logf("workload: %s", w.summary())
+	t.Logf("settings: submit over %s, faults=%v for %s, sync_interval always=%v, quiet %s, settle bound %s",
+		cfg.submitSpan, cfg.faults, cfg.faultSpan, cfg.syncAlways, cfg.quiet, cfg.settle)
+	dsn, db := mirrortest.DB(t)
+
+	nc := startNATSCluster(t, c, 3, cfg.syncAlways)
+	r := newClusterRig(t, c, nc, rng)
+	r.logf("3 nats-server nodes healthy: %s", nc.URLs(0))
+	// The second orchestrator starts once the first created the topology:
+	// two processes creating the same R3 stream at the same moment both get
+	// no reply from nats-server 2.15 (each waits out its timeout per stream).
+	r.startOrchestrator(0, cfg.orchFlags)
+	js0 := r.jetStream()
+	r.waitTopology(js0, 90*time.Second)
+	r.logf("AX topology created with 3 replicas")
+	r.startOrchestrator(1, cfg.orchFlags)
+	r.startMirror(dsn)
+	r.startWorkers(3)
+	ncs, clients := r.connect()
+	js, err := jetstream.New(ncs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	warmUp(t, clients[0], "default")
+	r.logf("warm-up task done")
+
+	stopScrape := make(chan struct{})
+	scrapeDone := make(chan struct{})
+	go func() { r.counter.loop(stopScrape); close(scrapeDone) }()
+	defer func() { close(stopScrape); <-scrapeDone }()
+
+	sub := newSubmitter(t, clients)
+	subDone := make(chan struct{})
+	go func() { sub.run(w, cfg.submitSpan); close(subDone) }()
+	phaseStart := time.Now()
+	if cfg.faults {
+		r.injectFaults(phaseStart.Add(cfg.faultSpan))
+	}
+	for waiting := true; waiting; {
+		select {
+		case <-subDone:
+			waiting = false
+		case <-time.After(time.Second):
+			r.supervise()
+		}
+	}
+	r.logf("workload submitted: %d of %d tasks acknowledged (%d retried calls)", len(sub.ackedIDs()), len(w.tasks), sub.retried())
+	r.healAll()
+	healed := time.Now()
+	nFaults, faultKinds := r.faultSummary()
+	r.logf("healed after %s of faults (%d: %s)", healed.Sub(phaseStart).Round(time.Second), nFaults, faultKinds)
+
+	acked := sub.ackedIDs()
+	settled, lastStates := r.waitSettled(js, w, acked, cfg)
+	settledAt := time.Now()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	all, err := histories(ctx, js)
+	if err != nil {
+		t.Fatalf("read histories: %v", err)
+	}
+	dlq, err := deadLetterCounts(ctx, js)
+	if err != nil {
+		t.Fatalf("read dead letters: %v", err)
+	}
+	f := checkClusterHistories(t, w, acked, all, dlq, settledAt)
+	checkMirror(t, js, db, all, 2*time.Minute)
+	r.counter.scrapeAll()
+
+	if bad := r.topologyReplicas(js); len(bad) > 0 {
+		t.Errorf("streams not at 3 replicas at the end: %s", strings.Join(bad, ", "))
+	}
+	for _, p := range sub.problems {
+		t.Errorf("submission: %s", p)
+	}
+	for name, n := range r.crashes {
+		t.Errorf("%s exited unexpectedly %d times (restarted each time)", name, n)
+	}
+	if len(f.missing) > 0 {
+		var b strings.Builder
+		for i, id := range f.missing {
+			if i == 20 {
+				fmt.Fprintf(&b, "  … %d more\n", len(f.missing)-20)
+				break
+			}
+			fmt.Fprintf(&b, "  %s: %s\n", id, whyMissing(clients, id))
+		}
+		t.Errorf("%d acknowledged submissions have no task:\n%s", len(f.missing), b.String())
+	}
+	stuckLine := strconv.Itoa(len(f.stuck))
+	if len(f.stuck) > 0 {
+		byState := map[task.State]int{}
+		var b strings.Builder
+		for i, id := range f.stuck {
+			st := lastStates[id]
+			byState[st.State]++
+			if i < 60 {
+				fmt.Fprintf(&b, "  %s %s/%s: %s\n", id, st.State, st.Phase, st.Reason)
+			}
+		}
+		for i, id := range f.stuck {
+			if i == 6 {
+				break
+			}
+			fmt.Fprintf(&b, "  history of %s:\n%s", id, describe(all[id]))
+		}
+		stuckLine = fmt.Sprintf("%d %v", len(f.stuck), byState)
+		fmt.Fprintf(&b, "  %s\n", r.dumpGoroutines())
+		t.Errorf("%d tasks stuck (not terminal %s after healing, AX_TASKS %s):\n%s", len(f.stuck),
+			settledAt.Sub(healed).Round(time.Second), settled, b.String())
+	}
+
+	t.Logf(`cluster run figures:
+  tasks:          %d submitted and acknowledged (%d planned) + %d shards = %d; %d events; final states %v
+  faults:         %d (%s)
+  stuck:          %s
+  missing:        %d acknowledged submissions without a task
+  violations:     %d history invariant violations
+  longest stall:  %s (not counting waits for unfinished upstreams or shards)
+  raw stall:      %s (any unfinished task without an event)
+  by state:       %s
+  top stalls:     %v
+  repairs:        %s
+  consumer restarts: %s
+  takeovers:      %d; dead letters %d; crashes (unexpected exits) %v
+  durations:      total %s; faults %s; heal → settled %s (%s)`,
+		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
+		nFaults, faultKinds,
+		stuckLine, len(f.missing), f.violations,
+		f.longest, f.longestRaw, f.stallsByState(), f.top,
+		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
+		f.takeovers, f.deadLeters, r.crashes,
+		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
+		settledAt.Sub(healed).Round(time.Second), settled)
+}
+
+// whyMissing tells what the SDK says about an acknowledged id without a
+// task (a rejection, or nothing).
+func whyMissing(clients []*sdk.Client, id string) string {
+	for _, cl := range clients {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		got, err := cl.Get(ctx, id)
+		cancel()
+		var rej *sdk.RejectedError
+		switch {
+		case errors.As(err, &rej):
+			return "rejected: " + rej.Rejection.Reason
+		case errors.Is(err, sdk.ErrNotFound):
+			continue
+		case err != nil:
+			return err.Error()
+		default:
+			return "exists now: " + string(got.State)
+		}
+	}
+	return "not found, no rejection"
+}
+
+// waitSettled polls the latest state of every task until all acknowledged
+// tasks exist and every workload task is terminal, or until AX_TASKS has
+// not grown for cfg.quiet, or cfg.settle passed. It returns how it ended
+// and the last states read.
+func (r *clusterRig) waitSettled(js jetstream.JetStream, w *clusterWorkload, acked map[string]time.Time, cfg clusterSettings) (string, map[string]task.Task) {
+	r.t.Helper()
+	start := time.Now()
+	var lastSeq uint64
+	lastGrowth := start
+	lastLog := start
+	var states map[string]task.Task
+	for {
+		r.supervise()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := latestStates(ctx, js)
+		var seq uint64
+		if err == nil {
+			var st jetstream.Stream
+			if st, err = js.Stream(ctx, subject.StreamTasks); err == nil {
+				var info *jetstream.StreamInfo
+				if info, err = st.Info(ctx); err == nil {
+					seq = info.State.LastSeq
+				}
+			}
+		}
+		cancel()
+		status := ""
+		if err != nil {
+			status = "read: " + err.Error()
+		} else {
+			states = s
+			if seq != lastSeq {
+				lastSeq, lastGrowth = seq, time.Now()
+			}
+			missing := 0
+			for id := range acked {
+				if _, ok := states[id]; !ok {
+					missing++
+				}
+			}
+			open := map[task.State]int{}
+			unfinished := 0
+			for id, st := range states {
+				if isClusterTask(id) && !st.State.Terminal() {
+					open[st.State]++
+					unfinished++
+				}
+			}
+			status = fmt.Sprintf("%d unfinished %v, %d acknowledged missing, AX_TASKS at %d", unfinished, open, missing, seq)
+			if unfinished == 0 && missing == 0 {
+				r.logf("all tasks terminal %s after healing (%s)", time.Since(start).Round(100*time.Millisecond), status)
+				return "all terminal", states
+			}
+			if time.Since(lastGrowth) > cfg.quiet {
+				r.logf("nothing moved for %s: %s", cfg.quiet, status)
+				return fmt.Sprintf("no new event for %s", cfg.quiet), states
+			}
+		}
+		if time.Since(start) > cfg.settle {
+			r.logf("gave up after %s: %s", cfg.settle, status)
+			return fmt.Sprintf("still moving after the %s bound", cfg.settle), states
+		}
+		if time.Since(lastLog) > 15*time.Second {
+			lastLog = time.Now()
+			r.logf("settling: %s", status)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// scrapeAll scrapes every process once more.
+func (s *counterScraper) scrapeAll() {
+	s.mu.Lock()
+	var names []string
+	for n := range s.addrs {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	sort.Strings(names)
+	for _, n := range names {
+		s.scrape(n)
+	}
+}
