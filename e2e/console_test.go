@@ -142,7 +142,7 @@ func TestConsoleBrowser(t *testing.T) {
 	shot := func(name string) chromedp.Action {
 		return chromedp.ActionFunc(func(ctx context.Context) error {
 			var png []byte
-			if err := chromedp.FullScreenshot(&png, 90).Do(ctx); err != nil {
+			if err := chromedp.FullScreenshot(&png, 100).Do(ctx); err != nil {
 				return err
 			}
 			return os.WriteFile(filepath.Join(shots, name), png, 0o644)

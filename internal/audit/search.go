@@ -40,7 +40,9 @@ type SearchQuery struct {
 	Since, Until time.Time
 	// Error matches tasks whose last error or reason contains it.
 	Error string
-	// Sort is SortUpdated (default), SortID or SortStateSince; Asc
+	// Sort is SortUpdated, SortID or SortStateSince; empty means
+	// SortStateSince when State is given (the ax_tasks_state index then
+	// serves both the filter and the order) and SortUpdated otherwise. Asc
 	// reverses the default newest-first order.
 	Sort string
 	Asc  bool
@@ -87,10 +89,10 @@ func (a *Auditor) Search(ctx context.Context, q SearchQuery) (SearchResult, erro
 		add("priority = ?", q.Priority)
 	}
 	if !q.Since.IsZero() {
-		add("updated_at >= ?", q.Since.UTC())
+		add("updated_at >= ?", sqlTime(q.Since))
 	}
 	if !q.Until.IsZero() {
-		add("updated_at < ?", q.Until.UTC())
+		add("updated_at < ?", sqlTime(q.Until))
 	}
 	if q.Error != "" {
 		pat := "%" + escapeLike(q.Error) + "%"
@@ -101,6 +103,9 @@ func (a *Auditor) Search(ctx context.Context, q SearchQuery) (SearchResult, erro
 		dir = "ASC"
 	}
 	order := "updated_at " + dir + ", id " + dir
+	if q.Sort == "" && q.State != "" {
+		q.Sort = SortStateSince
+	}
 	switch q.Sort {
 	case "", SortUpdated:
 	case SortID:
@@ -145,27 +150,44 @@ func escapeLike(s string) string {
 
 func likePrefix(s string) string { return escapeLike(s) + "%" }
 
-// StateCounts counts the mirrored tasks per state (one pass over the
-// ax_tasks_state index: callers that refresh often should cache it).
-func (a *Auditor) StateCounts(ctx context.Context) (map[string]int, error) {
-	rows, err := a.db.QueryContext(ctx, "SELECT state, COUNT(*) FROM ax_tasks GROUP BY state")
-	if err != nil {
-		return nil, fmt.Errorf("count tasks per state: %w", err)
-	}
-	defer rows.Close()
+// StateCounts counts the mirrored tasks per state: every task in an
+// active state (waiting, ready, running, retrying), and the tasks that
+// entered a final state at or after terminalSince (zero: all of them).
+// Each count is a range of the ax_tasks_state (state, state_since) index,
+// so with terminalSince set the cost follows the backlog and the recent
+// throughput, not the size of the mirror. A count stops at max (> 0): a
+// state holding more tasks counts max.
+func (a *Auditor) StateCounts(ctx context.Context, terminalSince time.Time, max int) (map[string]int, error) {
 	out := map[string]int{}
-	for rows.Next() {
-		var s string
-		var n int
-		if err := rows.Scan(&s, &n); err != nil {
-			return nil, fmt.Errorf("count tasks per state: %w", err)
+	for _, st := range []string{"waiting", "ready", "running", "retrying", "succeeded", "failed", "cancelled", "expired"} {
+		query, args := "SELECT 1 FROM ax_tasks WHERE state = ?", []any{st}
+		if !isActive(st) && !terminalSince.IsZero() {
+			query += " AND state_since >= ?"
+			args = append(args, sqlTime(terminalSince))
 		}
-		out[s] = n
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("count tasks per state: %w", err)
+		query = "SELECT COUNT(*) FROM (" + query + " LIMIT ?) c"
+		args = append(args, max)
+		var n int
+		if err := a.db.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+			return nil, fmt.Errorf("count %s tasks: %w", st, err)
+		}
+		out[st] = n
 	}
 	return out, nil
+}
+
+// sqlTime is t in UTC cut to microseconds, DATETIME(6)'s precision: a
+// literal with nanoseconds (as the driver interpolates it) keeps MariaDB
+// from using the index range, turning a count of recent rows into a scan.
+func sqlTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+func isActive(state string) bool {
+	for _, s := range ActiveStates {
+		if s == state {
+			return true
+		}
+	}
+	return false
 }
 
 // ThroughputPoint counts the attempts of one task type that ended in one
@@ -187,7 +209,7 @@ func (a *Auditor) Throughput(ctx context.Context, since time.Time, bucket time.D
 	}
 	rows, err := a.db.QueryContext(ctx, `SELECT type, CAST(FLOOR(UNIX_TIMESTAMP(finished_at) / ?) * ? AS SIGNED),
 		SUM(outcome = 'succeeded'), SUM(outcome = 'failed')
-		FROM ax_attempts WHERE finished_at >= ? GROUP BY 1, 2 ORDER BY 2`, secs, secs, since.UTC())
+		FROM ax_attempts WHERE finished_at >= ? GROUP BY 1, 2 ORDER BY 2`, secs, secs, sqlTime(since))
 	if err != nil {
 		return nil, fmt.Errorf("throughput: %w", err)
 	}

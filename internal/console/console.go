@@ -110,6 +110,12 @@ type Server struct {
 	ov    *Overview
 	ovErr error
 
+	myMu   sync.Mutex
+	my     mirrorStats
+	myBusy bool
+	// bg owns the background reads of the mirror's statistics.
+	bg sync.WaitGroup
+
 	runMu  sync.Mutex
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -181,17 +187,28 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watcher; it is idempotent, and a no-op before Start.
+// Stop ends the watcher and waits for background reads; it is
+// idempotent. Stop the HTTP server first: a request served meanwhile may
+// start another background read.
 func (s *Server) Stop(ctx context.Context) error {
 	s.runMu.Lock()
 	cancel, done := s.cancel, s.done
 	s.runMu.Unlock()
-	if cancel == nil {
-		return nil
+	bg := make(chan struct{})
+	go func() {
+		s.bg.Wait()
+		close(bg)
+	}()
+	if cancel != nil {
+		cancel()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	cancel()
 	select {
-	case <-done:
+	case <-bg:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

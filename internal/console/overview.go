@@ -16,8 +16,14 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// chartWindow is how far back the overview's charts reach.
-const chartWindow = 30 * time.Minute
+// chartWindow is how far back the overview's charts reach; terminalWindow
+// how far back the overview counts tasks in a final state.
+const (
+	chartWindow    = 30 * time.Minute
+	terminalWindow = 24 * time.Hour
+	// countCap bounds the index entries one state's count reads.
+	countCap = 100000
+)
 
 // Overview is the live state shown on the console's first page (and
 // served as JSON at /api/overview).
@@ -25,8 +31,15 @@ type Overview struct {
 	At time.Time `json:"at"`
 	// Source is "mysql" when States and the charts come from the mirror.
 	Source string `json:"source"`
-	// States counts tasks per state (mirror only; nil without it).
-	States map[string]int `json:"states,omitempty"`
+	// States counts tasks per state (mirror only; nil without it): all
+	// tasks in an active state, those that ended in the last TerminalWindow
+	// in a final state.
+	States         map[string]int `json:"states,omitempty"`
+	TerminalWindow time.Duration  `json:"terminal_window,omitempty"`
+	// StatesAt is when States and (with the mirror) Series were read.
+	StatesAt time.Time `json:"states_at,omitempty"`
+	// CountCap bounds each count: a state with more tasks shows CountCap.
+	CountCap int `json:"count_cap,omitempty"`
 	// Tasks is the number of task histories in AX_TASKS.
 	Tasks uint64 `json:"tasks"`
 	// Queues are the streams' backlogs: submissions and reports not yet
@@ -141,18 +154,11 @@ func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
 	ov.Series = s.watch.series(chartWindow)
 	if s.cfg.Auditor != nil {
 		ov.Source = "mysql"
-		ov.States, err = s.cfg.Auditor.StateCounts(ctx)
-		note("task counts (MySQL)", err)
-		if pts, err := s.cfg.Auditor.Throughput(ctx, now.Add(-chartWindow), bucketSize); err == nil {
-			series := newSeries(now, chartWindow)
-			for _, p := range pts {
-				series.add(p.Type, p.Bucket.Unix(), p.Succeeded, p.Failed)
-			}
-			sort.Strings(series.Types)
-			ov.Series = series
-		} else {
-			note("throughput (MySQL)", err)
-		}
+		ov.TerminalWindow = terminalWindow
+		ov.CountCap = countCap
+		st := s.mirrorStats(ctx, now)
+		ov.States, ov.StatesAt, ov.Series = st.states, st.at, st.series
+		ov.Errors = append(ov.Errors, st.errs...)
 		if l, err := mirror.ConsumerLag(ctx, s.js, now); err == nil {
 			ov.MirrorLag = &LagRow{Pending: l.Pending + uint64(l.InFlight), Age: l.Age}
 		} else {
@@ -160,6 +166,65 @@ func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
 		}
 	}
 	return ov, nil
+}
+
+// mirrorStats is the part of the overview read from the mirror.
+type mirrorStats struct {
+	at     time.Time
+	states map[string]int
+	series Series
+	errs   []string
+}
+
+// mirrorStats returns the mirror's counts and throughput. They are read
+// at most every OverviewTTL; once there is a first reading, a stale one is
+// served while a fresh one is read in the background, so a slow database
+// never slows the overview down.
+func (s *Server) mirrorStats(ctx context.Context, now time.Time) mirrorStats {
+	s.myMu.Lock()
+	cur := s.my
+	have := !cur.at.IsZero()
+	if have && (s.myBusy || now.Sub(cur.at) < s.cfg.OverviewTTL) {
+		s.myMu.Unlock()
+		return cur
+	}
+	s.myBusy = true
+	s.myMu.Unlock()
+	store := func(st mirrorStats) {
+		s.myMu.Lock()
+		s.my, s.myBusy = st, false
+		s.myMu.Unlock()
+	}
+	if !have {
+		st := s.readMirrorStats(ctx, now)
+		store(st)
+		return st
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		store(s.readMirrorStats(ctx, s.now()))
+	}()
+	return cur
+}
+
+func (s *Server) readMirrorStats(ctx context.Context, now time.Time) mirrorStats {
+	st := mirrorStats{at: now, series: newSeries(now, chartWindow)}
+	var err error
+	if st.states, err = s.cfg.Auditor.StateCounts(ctx, now.Add(-terminalWindow), countCap); err != nil {
+		st.errs = append(st.errs, "task counts (MySQL): "+err.Error())
+	}
+	pts, err := s.cfg.Auditor.Throughput(ctx, now.Add(-chartWindow), bucketSize)
+	if err != nil {
+		st.errs = append(st.errs, "throughput (MySQL): "+err.Error())
+	}
+	for _, p := range pts {
+		st.series.add(p.Type, p.Bucket.Unix(), p.Succeeded, p.Failed)
+	}
+	sort.Strings(st.series.Types)
+	return st
 }
 
 // backlog reads, for every capability and priority with dispatches, the

@@ -29,6 +29,9 @@ const (
 	maxBulk = 1000
 	// maxPrefixIDs bounds the ids a JetStream prefix search reads.
 	maxPrefixIDs = 2000
+	// errorSearchWindow is how far back an error-text search of the
+	// mirror looks when no time range is given.
+	errorSearchWindow = 24 * time.Hour
 )
 
 // searchParams is a search as given in the URL (shareable).
@@ -220,11 +223,20 @@ func (s *Server) search(ctx context.Context, p searchParams) (searchResult, erro
 		q := audit.SearchQuery{ID: p.ID, IDPrefix: p.Prefix, Type: p.Type, State: p.State, Capability: p.Capability,
 			Priority: p.Priority, Since: p.From, Until: p.To, Error: p.Error, Sort: p.Sort, Asc: p.Asc,
 			Offset: (p.Page - 1) * p.Limit, Limit: p.Limit}
+		source := "the MySQL mirror (every task)"
+		if q.Error != "" && q.Since.IsZero() && q.ID == "" && q.IDPrefix == "" {
+			// A "contains" search reads every row it considers: bound it.
+			q.Since = s.now().Add(-errorSearchWindow)
+			if q.Sort == "" {
+				q.Sort = audit.SortUpdated // along ax_tasks_updated, within the window
+			}
+			source = fmt.Sprintf("the MySQL mirror (error text searched in tasks changed in the last %s; give a time range to search further back)", errorSearchWindow)
+		}
 		r, err := s.cfg.Auditor.Search(ctx, q)
 		if err != nil {
 			return searchResult{}, err
 		}
-		out := searchResult{More: r.More, Source: "the MySQL mirror (every task)"}
+		out := searchResult{More: r.More, Source: source}
 		for _, t := range r.Tasks {
 			out.Rows = append(out.Rows, rowFromAudit(t))
 		}
@@ -365,7 +377,13 @@ func sortRows(rows []Row, p searchParams) {
 		switch p.Sort {
 		case audit.SortID:
 			return a.ID < b.ID
-		case audit.SortStateSince:
+		case audit.SortStateSince, "":
+			if p.Sort == "" && p.State == "" {
+				if !a.Updated.Equal(b.Updated) {
+					return a.Updated.Before(b.Updated)
+				}
+				break
+			}
 			if !a.Since.Equal(b.Since) {
 				return a.Since.Before(b.Since)
 			}
@@ -428,7 +446,10 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, v *visit) 
 	sortLink := func(key string) string {
 		q := p.values()
 		cur := p.Sort
-		if cur == "" {
+		switch {
+		case cur == "" && p.State != "":
+			cur = audit.SortStateSince
+		case cur == "":
 			cur = audit.SortUpdated
 		}
 		q.Set("sort", key)

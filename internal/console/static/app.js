@@ -35,10 +35,14 @@
       a.href = "/tasks?type=" + encodeURIComponent(t);
       a.textContent = t;
       h.appendChild(a);
+      var key = document.createElement("span");
+      key.className = "key";
+      key.innerHTML = '<i class="k-ok"></i>ok <i class="k-bad"></i>failed <small>per min</small>';
+      h.appendChild(key);
       div.appendChild(h);
       box.appendChild(div);
       charts[t] = new uPlot({
-        width: 300, height: 120, legend: { show: true },
+        width: 300, height: 110, legend: { show: false },
         scales: { x: { time: true } },
         axes: [{ size: 24, font: "10px sans-serif" }, { size: 34, font: "10px sans-serif" }],
         series: [{}, { label: "ok/min", stroke: stateColors.succeeded, width: 1.5, fill: "rgba(22,163,74,0.08)" },
