@@ -642,3 +642,58 @@ func TestConsoleWithoutMySQL(t *testing.T) {
 	b.mustGet("/task/"+f.sharded, `id="shards"`, "4 planned")
 	b.mustGet("/tasks?prefix="+f.sharded+"/shard/", task.ShardID(f.sharded, 3))
 }
+
+func TestConsoleRequireLoginAndTokens(t *testing.T) {
+	t.Parallel()
+	f := setup(t, false)
+	s, err := console.New(console.Config{Client: f.c, RequireLogin: true, Credentials: []console.Credential{
+		{Role: console.RoleOperator, Secret: "operator-token-1"}, {Role: console.RoleViewer, Secret: "viewer-token-1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.Handler())
+	t.Cleanup(hs.Close)
+	f2 := *f
+	f2.url = hs.URL
+	b := f2.browser()
+	code, _ := b.get("/tasks?state=failed")
+	if code != http.StatusSeeOther {
+		t.Fatalf("anonymous page with RequireLogin: %d", code)
+	}
+	if code, _ = b.get("/api/overview"); code != http.StatusUnauthorized {
+		t.Fatalf("anonymous API with RequireLogin: %d", code)
+	}
+	b.mustGet("/login", `name="secret"`)
+
+	bearer := func(method, path, token string, form url.Values) (int, string) {
+		req, _ := http.NewRequest(method, hs.URL+path, strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := b.hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := bearer(http.MethodGet, "/", "viewer-token-1", nil); code != http.StatusOK || !strings.Contains(body, "viewer (token)") {
+		t.Fatalf("viewer token: %d", code)
+	}
+	form := url.Values{"id": {f.delayed}, "confirm": {"yes"}, "csrf": {b.csrf()}}
+	if code, _ := bearer(http.MethodPost, "/actions/cancel", "viewer-token-1", form); code != http.StatusForbidden {
+		t.Fatalf("viewer token cancel: %d", code)
+	}
+	if code, _ := bearer(http.MethodPost, "/actions/cancel", "wrong-token-1", form); code != http.StatusUnauthorized {
+		t.Fatalf("wrong token cancel: %d", code)
+	}
+	if st := f.state(f.delayed); st != task.Waiting {
+		t.Fatalf("refused cancels changed the task: %s", st)
+	}
+	if code, body := bearer(http.MethodPost, "/actions/cancel", "operator-token-1", form); code != http.StatusOK || !strings.Contains(body, "now cancelled") {
+		t.Fatalf("operator token cancel: %d\n%s", code, excerpt(body))
+	}
+	if st := f.state(f.delayed); st != task.Cancelled {
+		t.Fatalf("cancelled task is %s", st)
+	}
+}
