@@ -35,6 +35,8 @@ type Attempt struct {
 	Outcome     string
 	Error       string
 	Takeovers   int
+	// Step is "planner" or "aggregator" for a sharded task's steps.
+	Step string
 }
 
 // Duration is how long the attempt ran (so far).
@@ -50,6 +52,7 @@ func (a Attempt) Duration(now time.Time) time.Duration {
 func attempts(h []store.Revisioned) []Attempt {
 	var out []Attempt
 	open := -1
+	planned := false
 	for _, r := range h {
 		ev := r.Event
 		if ev.Kind != task.KindTransition {
@@ -61,7 +64,11 @@ func attempts(h []store.Revisioned) []Attempt {
 			out[open].Executor = t.Executor
 			out[open].Takeovers++
 		case ev.To == task.Running:
-			out = append(out, Attempt{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Executor: t.Executor, Started: ev.At, Outcome: "running"})
+			a := Attempt{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Executor: t.Executor, Started: ev.At, Outcome: "running"}
+			if planned {
+				a.Step = "aggregator"
+			}
+			out = append(out, a)
 			open = len(out) - 1
 		case ev.From == task.Running && open >= 0:
 			at := ev.At
@@ -71,7 +78,7 @@ func attempts(h []store.Revisioned) []Attempt {
 			case task.Retrying, task.Failed:
 				a.Outcome = "failed"
 			case task.Waiting:
-				a.Outcome = "planned"
+				a.Outcome, a.Step, planned = "planned", "planner", true
 			default:
 				a.Outcome = string(ev.To)
 			}
@@ -246,10 +253,20 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 			out = append(out, "It is in the dead-letter queue; re-driving it starts a fresh series of attempts.")
 		}
 	}
-	if len(att) > 1 {
+	troubled := false
+	for _, a := range att {
+		troubled = troubled || a.Outcome == "failed" || a.Takeovers > 0
+	}
+	if len(att) > 1 && troubled {
 		var parts []string
 		for _, a := range att {
 			p := fmt.Sprintf("attempt %d %s", a.Attempt, a.Outcome)
+			if a.Step != "" {
+				p = a.Step + " " + p
+			}
+			if a.Takeovers > 0 {
+				p += fmt.Sprintf(" after %d take-over(s)", a.Takeovers)
+			}
 			if a.Error != "" {
 				p += " (" + a.Error + ")"
 			}
