@@ -510,6 +510,8 @@ func TestConsoleActions(t *testing.T) {
 		t.Fatalf("re-run: %+v, %v", got, err)
 	}
 	waitAudit(t, f, "rerun", f.upstream)
+	op.mustGet("/task/"+f.upstream, `id="reruns"`, f.upstream+"-rerun-1")
+	op.mustGet("/task/"+f.upstream+"-rerun-1", "Re-run of", "(forced)")
 
 	// Pause and resume a type.
 	if code, body = op.act("pause", url.Values{"type": {typeToggle}, "reason": {"maintenance"}}, true); code != http.StatusOK {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -336,10 +337,34 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 		}
 		data["Result"] = prettyJSON(res, maxResultShown)
 	}
+	data["Reruns"], data["RerunOf"] = s.reruns(ctx, id)
 	data["CanCancel"] = !t.State.Terminal()
 	data["CanRedrive"] = t.State == task.Failed && !t.IsShard()
 	data["CanRerun"] = t.State.Terminal() && !t.IsShard()
 	s.render(w, r, v, http.StatusOK, "task", data)
+}
+
+// maxRerunsShown bounds the re-runs a task page looks up.
+const maxRerunsShown = 20
+
+// reruns finds the forced re-runs of a task (ids "<id>-rerun-<n>", one
+// direct read each) and, for a re-run, the task it re-ran.
+func (s *Server) reruns(ctx context.Context, id string) (reruns []string, of string) {
+	for n := 1; n <= maxRerunsShown; n++ {
+		rid := fmt.Sprintf("%s-rerun-%d", id, n)
+		if _, err := s.c.Get(ctx, rid); err != nil {
+			break
+		}
+		reruns = append(reruns, rid)
+	}
+	if i := strings.LastIndex(id, "-rerun-"); i > 0 {
+		if _, err := strconv.Atoi(id[i+len("-rerun-"):]); err == nil {
+			if _, err := s.c.Get(ctx, id[:i]); err == nil {
+				of = id[:i]
+			}
+		}
+	}
+	return reruns, of
 }
 
 // prettyJSON indents a JSON value for display, cut at limit bytes.
