@@ -310,11 +310,8 @@ func TestCancelInEachState(t *testing.T) {
 		t.Fatalf("second cancel: %v", err)
 	}
 	// The retry timer was removed with the cancel.
-	js, _ := jetstream.New(c.Conn())
-	st, _ := js.Stream(ctx, subject.StreamTimers)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.Timer(subject.TimerRetry, "in-retrying")))
-	if err != nil || len(info.State.Subjects) != 0 {
-		t.Fatalf("timer still pending: %+v %v", info.State.Subjects, err)
+	if n := pendingTimers(t, c, subject.TimerRetry, "in-retrying"); n != 0 {
+		t.Fatal("retry timer still pending after the cancel")
 	}
 }
 

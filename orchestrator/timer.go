@@ -60,9 +60,13 @@ func (o *Orchestrator) armTimer(ctx context.Context, kind subject.TimerKind, f t
 	return nil
 }
 
-// cancelTimer removes a pending timer of a task, if any.
+// cancelTimer removes a pending timer of a task, if any: a plain message on
+// the timer's subject replaces the schedule (one message per subject) and
+// expires itself a second later. A publish, not a purge: purges are
+// JetStream API requests, served one at a time, and every task ends with
+// one.
 func (o *Orchestrator) cancelTimer(ctx context.Context, kind subject.TimerKind, id string) error {
-	if err := o.timers.Purge(ctx, jetstream.WithPurgeSubject(subject.Timer(kind, id))); err != nil {
+	if _, err := o.js.Publish(ctx, subject.Timer(kind, id), nil, jetstream.WithMsgTTL(time.Second)); err != nil {
 		return fmt.Errorf("cancel %s timer of %s: %w", kind, id, err)
 	}
 	return nil

@@ -92,6 +92,9 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:          r,
 			AllowMsgSchedules: true,
 			MaxMsgsPerSubject: 1,
+			// A timer is cancelled by a plain message on its subject that
+			// expires a second later (a publish, cheaper than a purge).
+			AllowMsgTTL: true,
 		},
 		{
 			Name:        subject.StreamCommands,

@@ -1,11 +1,14 @@
 package topology_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/internal/topology"
 )
@@ -44,4 +47,46 @@ func TestEnsureIsIdempotent(t *testing.T) {
 			t.Fatalf("bucket %s: %v", b.Bucket, err)
 		}
 	}
+}
+
+// TestPlainMessageCancelsTimer: the orchestrator cancels a timer by
+// publishing a plain message that expires on its subject (AX_TIMERS keeps
+// one message per subject and allows per-message TTLs): the schedule never
+// fires and the stream is left empty.
+func TestPlainMessageCancelsTimer(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	js, _ := jetstream.New(nc)
+	ctx := testenv.Context(t, 30*time.Second)
+	due := time.Now().Add(time.Second)
+	for _, id := range []string{"kept", "cancelled"} {
+		m := nats.NewMsg(subject.Timer(subject.TimerRetry, id))
+		m.Data = []byte(id)
+		m.Header.Set(subject.HeaderSchedule, "@at "+due.UTC().Format(time.RFC3339Nano))
+		m.Header.Set(subject.HeaderScheduleTarget, subject.Fire(subject.TimerRetry, id))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, subject.Timer(subject.TimerRetry, "cancelled"), nil, jetstream.WithMsgTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, subject.StreamTimers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kept timer fires; by then the cancelled one would have too.
+	testenv.Eventually(t, 20*time.Second, "the kept timer fired", func() bool {
+		_, err := st.GetLastMsgForSubject(ctx, subject.Fire(subject.TimerRetry, "kept"))
+		return err == nil
+	})
+	time.Sleep(time.Second) // both were due at the same instant
+	if _, err := st.GetLastMsgForSubject(ctx, subject.Fire(subject.TimerRetry, "cancelled")); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("cancelled timer fired: %v", err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the cancelling message expired", func() bool {
+		_, err := st.GetLastMsgForSubject(ctx, subject.Timer(subject.TimerRetry, "cancelled"))
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
 }
