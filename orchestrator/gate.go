@@ -84,6 +84,13 @@ func (g *gate) check(now time.Time, taskType string, retry bool) (bool, string) 
 	return true, ""
 }
 
+// gateOpen reports whether a new task of a type may be dispatched now
+// (taking a probe of a half-open breaker when it may).
+func (o *Orchestrator) gateOpen(now time.Time, taskType string) bool {
+	open, _ := o.gate.check(now, taskType, false)
+	return open
+}
+
 // pausedWhy says why a pause holds a dispatch, or "" when it does not.
 func pausedWhy(p task.Pause, paused bool, scope string, retry bool) string {
 	switch {

@@ -132,12 +132,11 @@ func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int,
 	}
 	t := task.Task{Spec: spec, SubmittedAt: o.now(), Parent: parent.ID, ShardIndex: n}
 	reason := fmt.Sprintf("shard %d of %s", n, parent.ID)
-	open, _ := o.gate.check(o.now(), spec.Type, false)
 	switch {
 	case parent.MaxParallelShards > 0 && n >= parent.MaxParallelShards:
 		t.State, t.Parked = task.Waiting, true
 		reason += fmt.Sprintf("; waits for a free slot (max_parallel_shards %d)", parent.MaxParallelShards)
-	case open:
+	case o.gateOpen(o.now(), spec.Type):
 		t = o.readyNext(t, 1)
 	default:
 		t.State = task.Waiting // its effects hold it

@@ -176,14 +176,15 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []
 		t.ExpiresAt = &at
 	}
 	delayed := t.StartAt != nil && t.StartAt.After(now)
-	open, _ := o.gate.check(now, spec.Type, false)
 	reason := "submitted"
 	switch {
 	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
 		t.State = task.Expired
 		t.FinishedAt = &now
 		reason = fmt.Sprintf("deadline %s had passed at submission", t.ExpiresAt.Format(time.RFC3339Nano))
-	case len(spec.DependsOn) == 0 && !delayed && open:
+	case len(spec.DependsOn) == 0 && !delayed && o.gateOpen(now, spec.Type):
+		// The gate is asked only for a task dispatched now: a half-open
+		// breaker's probe is spent only on a dispatch.
 		t = o.readyNext(t, 1)
 	default:
 		t.State = task.Waiting

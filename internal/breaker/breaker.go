@@ -41,6 +41,9 @@ const (
 	DefaultMinVolume = 20
 	DefaultCooldown  = 30 * time.Second
 	DefaultProbes    = 3
+	// DefaultProbeTimeout is how long a half-open breaker waits for its
+	// probes' outcomes before it lets a fresh set through.
+	DefaultProbeTimeout = time.Minute
 )
 
 // The sliding window is kept in between minBuckets and maxBuckets buckets of
@@ -67,6 +70,12 @@ type Config struct {
 	// Probes is the number of tasks let through while half-open, and the
 	// number of successes among them that close the breaker. Default 3.
 	Probes int
+	// ProbeTimeout bounds half-open: when its probes' outcomes have not
+	// all arrived this long after it turned half-open (a probe's task was
+	// cancelled, or its outcome lost), it starts over with a fresh set of
+	// probes instead of staying half-open with none left for ever.
+	// Default 1m.
+	ProbeTimeout time.Duration
 }
 
 // WithDefaults returns c with zero or negative fields (and a NaN Threshold)
@@ -86,6 +95,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Probes <= 0 {
 		c.Probes = DefaultProbes
+	}
+	if c.ProbeTimeout <= 0 {
+		c.ProbeTimeout = DefaultProbeTimeout
 	}
 	return c
 }
@@ -271,18 +283,31 @@ func (b *Breaker) Restore(s Snapshot) {
 	}
 }
 
-// advance moves open → half_open once the cooldown has passed and reports
-// whether it did. Callers hold mu.
+// advance moves open → half_open once the cooldown has passed, and a
+// half_open whose probes timed out into a fresh half_open, and reports
+// whether it did. The times are derived from since, not now, so breakers
+// sharing a snapshot agree. Callers hold mu.
 func (b *Breaker) advance(now time.Time) bool {
-	if b.state != Open {
-		return false
+	switch b.state {
+	case Open:
+		end := b.since.Add(b.cfg.Cooldown)
+		if now.Before(end) {
+			return false
+		}
+		b.enter(HalfOpen, end)
+		return true
+	case HalfOpen:
+		if b.probesLeft == b.cfg.Probes {
+			return false // no probe taken yet: nothing to time out
+		}
+		timeouts := now.Sub(b.since) / b.cfg.ProbeTimeout
+		if timeouts < 1 {
+			return false
+		}
+		b.enter(HalfOpen, b.since.Add(timeouts*b.cfg.ProbeTimeout))
+		return true
 	}
-	end := b.since.Add(b.cfg.Cooldown)
-	if now.Before(end) {
-		return false
-	}
-	b.enter(HalfOpen, end)
-	return true
+	return false
 }
 
 // enter moves to state s at time at. Callers hold mu.

@@ -56,16 +56,16 @@ func openAt(t *testing.T, d time.Duration) *Breaker {
 
 func TestWithDefaults(t *testing.T) {
 	t.Parallel()
-	def := Config{Window: time.Minute, Threshold: 0.5, MinVolume: 20, Cooldown: 30 * time.Second, Probes: 3}
+	def := Config{Window: time.Minute, Threshold: 0.5, MinVolume: 20, Cooldown: 30 * time.Second, Probes: 3, ProbeTimeout: time.Minute}
 	tests := []struct {
 		name string
 		in   Config
 		want Config
 	}{
 		{"zero", Config{}, def},
-		{"negative", Config{Window: -1, Threshold: -0.1, MinVolume: -5, Cooldown: -1, Probes: -1}, def},
-		{"kept", Config{Window: time.Hour, Threshold: 0.9, MinVolume: 5, Cooldown: time.Minute, Probes: 1},
-			Config{Window: time.Hour, Threshold: 0.9, MinVolume: 5, Cooldown: time.Minute, Probes: 1}},
+		{"negative", Config{Window: -1, Threshold: -0.1, MinVolume: -5, Cooldown: -1, Probes: -1, ProbeTimeout: -1}, def},
+		{"kept", Config{Window: time.Hour, Threshold: 0.9, MinVolume: 5, Cooldown: time.Minute, Probes: 1, ProbeTimeout: time.Hour},
+			Config{Window: time.Hour, Threshold: 0.9, MinVolume: 5, Cooldown: time.Minute, Probes: 1, ProbeTimeout: time.Hour}},
 	}
 	for _, tc := range tests {
 		if got := tc.in.WithDefaults(); got != tc.want {
@@ -450,4 +450,37 @@ func TestConcurrentRecord(t *testing.T) {
 			t.Errorf("%d Record calls reported opening, want 1", opened)
 		}
 	})
+}
+
+// TestHalfOpenTimesOut: probes whose outcomes never arrive (their tasks were
+// cancelled, say) do not leave the breaker half-open with none left for
+// ever: after ProbeTimeout a fresh set is let through.
+func TestHalfOpenTimesOut(t *testing.T) {
+	cfg := Config{Window: time.Minute, MinVolume: 2, Threshold: 0.5, Cooldown: 10 * time.Second, Probes: 2, ProbeTimeout: 30 * time.Second}
+	b := New(cfg)
+	t0 := time.Unix(1_000_000, 0)
+	b.Record(t0, false)
+	b.Record(t0, false)
+	if st, _ := b.State(t0); st != Open {
+		t.Fatalf("state %s, want open", st)
+	}
+	half := t0.Add(10 * time.Second)
+	if !b.Allow(half) || !b.Allow(half) || b.Allow(half) {
+		t.Fatal("half-open must let exactly 2 probes through")
+	}
+	if b.Allow(half.Add(29 * time.Second)) {
+		t.Fatal("a probe let through before the probe timeout")
+	}
+	later := half.Add(31 * time.Second)
+	if !b.Allow(later) {
+		t.Fatal("no fresh probe after the probe timeout")
+	}
+	if s := b.Snapshot(later); s.State != HalfOpen || !s.Since.Equal(half.Add(30*time.Second)) || s.ProbesLeft != 1 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	// Two successes close it.
+	b.Record(later, true)
+	if st, _ := b.Record(later, true); st != Closed {
+		t.Fatalf("state %s after two successful probes, want closed", st)
+	}
 }

@@ -79,4 +79,5 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.DurationVar(&cfg.Breaker.Window, "breaker-window", breaker.DefaultWindow, "sliding window of a breaker")
 	f.DurationVar(&cfg.Breaker.Cooldown, "breaker-cooldown", breaker.DefaultCooldown, "how long an open breaker holds tasks before probing")
 	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", breaker.DefaultProbes, "tasks let through while half-open")
+	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", breaker.DefaultProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
 }
