@@ -338,19 +338,23 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 // checkMirror waits until the MySQL mirror holds every event of AX_TASKS and
 // compares it with the stream: event count and last sequence, events per
 // task, and every task's row (state and the revision it reflects).
-func checkMirror(t *testing.T, js jetstream.JetStream, db *sql.DB, all map[string][]store.Revisioned, timeout time.Duration) {
+func checkMirror(t *testing.T, r *clusterRig, db *sql.DB, all map[string][]store.Revisioned, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Minute)
 	defer cancel()
-	st, err := js.Stream(ctx, subject.StreamTasks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs, last := info.State.Msgs, info.State.LastSeq
+	var msgs, last uint64
+	r.read("the state of AX_TASKS", func(ctx context.Context, js jetstream.JetStream) error {
+		st, err := js.Stream(ctx, subject.StreamTasks)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		msgs, last = info.State.Msgs, info.State.LastSeq
+		return nil
+	})
 	var events uint64
 	for _, h := range all {
 		events += uint64(len(h))
@@ -434,4 +438,52 @@ func checkMirror(t *testing.T, js jetstream.JetStream, db *sql.DB, all map[strin
 		t.Errorf("mirror: %d differences in all", bad)
 	}
 	t.Logf("mirror: tasks per state in MySQL %v, in the stream %v; %d differences", mysqlStates, streamStates, bad)
+}
+
+// describeStuck counts stuck tasks per state and describes each: how long
+// it has been in its state and, for a waiting task, how its upstreams
+// (or shards) ended; then the whole history of the first two per state.
+func describeStuck(stuck []string, all map[string][]store.Revisioned) (map[task.State]int, string) {
+	byState := map[task.State]int{}
+	var b strings.Builder
+	ended := func(id string) string {
+		h := all[id]
+		if len(h) == 0 {
+			return id + " (missing)"
+		}
+		last := h[len(h)-1]
+		return fmt.Sprintf("%s %s at %d %s", id, last.Event.To, last.Revision, last.Event.At.Format("15:04:05.000"))
+	}
+	var shown []string
+	for i, id := range stuck {
+		h := all[id]
+		last := h[len(h)-1]
+		t := last.Event.Task
+		byState[t.State]++
+		if byState[t.State] <= 2 {
+			shown = append(shown, id)
+		}
+		if i >= 60 {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s %s/%s since %s (rev %d): %s", id, t.State, t.Phase, last.Event.At.Format("15:04:05.000"), last.Revision, t.Reason)
+		switch {
+		case t.State == task.Running:
+			fmt.Fprintf(&b, "; executor %s, attempt %d, execution %s", t.Executor, t.Attempt, t.ExecutionID)
+		case t.State == task.Waiting && len(t.DependsOn) > 0:
+			var ups []string
+			for _, d := range t.DependsOn {
+				ups = append(ups, ended(d))
+			}
+			fmt.Fprintf(&b, "; upstreams: %s", strings.Join(ups, ", "))
+		}
+		b.WriteString("\n")
+	}
+	if len(stuck) > 60 {
+		fmt.Fprintf(&b, "  … %d more\n", len(stuck)-60)
+	}
+	for _, id := range shown {
+		fmt.Fprintf(&b, "  history of %s:\n%s", id, describe(all[id]))
+	}
+	return byState, b.String()
 }

@@ -39,6 +39,10 @@ type clusterRig struct {
 	mirror  *proc
 	counter *counterScraper
 	start   time.Time
+	// readers are JetStream contexts on the test's connections, one per
+	// node, for reading the results (read rotates over them).
+	readers []jetstream.JetStream
+	readN   int
 
 	faults  map[string]int
 	crashes map[string]int // unexpected exits (the process was restarted)
@@ -497,4 +501,27 @@ func (r *clusterRig) dumpGoroutines() string {
 		where = "kept under " + dir
 	}
 	return fmt.Sprintf("goroutine dumps (SIGQUIT) of %d ax processes are at the end of their logs (%s)", len(logs), where)
+}
+
+// read runs a read of the results on the test's connections in rotation
+// until it succeeds (a node may answer "no responders" or time out for a
+// while after the faults) or two minutes passed, which fails the test.
+func (r *clusterRig) read(what string, op func(ctx context.Context, js jetstream.JetStream) error) {
+	r.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		js := r.readers[r.readN%len(r.readers)]
+		r.readN++
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := op(ctx, js)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("read %s: %v", what, err)
+		}
+		r.logf("read %s: %v; trying again", what, err)
+		time.Sleep(time.Second)
+	}
 }

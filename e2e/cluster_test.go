@@ -15,7 +15,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
+	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -30,14 +32,15 @@ type clusterSettings struct {
 	faults     bool
 	syncAlways bool
 	// quiet: with tasks unfinished and no new event in AX_TASKS for this
-	// long after healing, the rest are stuck. settle bounds the whole wait.
+	// long after healing, the rest are stuck (2.5 times the reconciler's
+	// default interval of a minute). settle bounds the whole wait.
 	quiet, settle time.Duration
 	orchFlags     []string
 }
 
 func clusterSettingsFromEnv(t *testing.T) clusterSettings {
 	s := clusterSettings{tasks: 10_000, submitSpan: 70 * time.Second, faultSpan: 80 * time.Second,
-		faults: true, quiet: 90 * time.Second, settle: 5 * time.Minute}
+		faults: true, quiet: 150 * time.Second, settle: 5 * time.Minute}
 	if os.Getenv("AX_CLUSTER_LONG") == "1" {
 		s.tasks, s.submitSpan, s.faultSpan = 20_000, 9*time.Minute, 10*time.Minute
 	}
@@ -113,19 +116,21 @@ func TestCluster(t *testing.T) {
 	r.startMirror(dsn)
 	r.startWorkers(3)
 	ncs, clients := r.connect()
-	js, err := jetstream.New(ncs[0])
-	if err != nil {
-		t.Fatal(err)
+	for _, nc := range ncs {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.readers = append(r.readers, js)
 	}
-	warmUp(t, clients[0], "default")
-	r.logf("warm-up task done")
+	sub := newSubmitter(t, clients)
+	r.warmUp(sub)
 
 	stopScrape := make(chan struct{})
 	scrapeDone := make(chan struct{})
 	go func() { r.counter.loop(stopScrape); close(scrapeDone) }()
 	defer func() { close(stopScrape); <-scrapeDone }()
 
-	sub := newSubmitter(t, clients)
 	subDone := make(chan struct{})
 	go func() { sub.run(w, cfg.submitSpan); close(subDone) }()
 	phaseStart := time.Now()
@@ -147,24 +152,24 @@ func TestCluster(t *testing.T) {
 	r.logf("healed after %s of faults (%d: %s)", healed.Sub(phaseStart).Round(time.Second), nFaults, faultKinds)
 
 	acked := sub.ackedIDs()
-	settled, lastStates := r.waitSettled(js, w, acked, cfg)
+	settled, _ := r.waitSettled(w, acked, cfg)
 	settledAt := time.Now()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	all, err := histories(ctx, js)
-	if err != nil {
-		t.Fatalf("read histories: %v", err)
-	}
-	dlq, err := deadLetterCounts(ctx, js)
-	if err != nil {
-		t.Fatalf("read dead letters: %v", err)
-	}
+	var all map[string][]store.Revisioned
+	r.read("the task histories", func(ctx context.Context, js jetstream.JetStream) (err error) {
+		all, err = histories(ctx, js)
+		return err
+	})
+	var dlq map[string]int
+	r.read("the dead letters", func(ctx context.Context, js jetstream.JetStream) (err error) {
+		dlq, err = deadLetterCounts(ctx, js)
+		return err
+	})
 	f := checkClusterHistories(t, w, acked, all, dlq, settledAt)
-	checkMirror(t, js, db, all, 2*time.Minute)
+	checkMirror(t, r, db, all, 2*time.Minute)
 	r.counter.scrapeAll()
 
-	if bad := r.topologyReplicas(js); len(bad) > 0 {
+	if bad := r.topologyReplicas(r.readers[0]); len(bad) > 0 {
 		t.Errorf("streams not at 3 replicas at the end: %s", strings.Join(bad, ", "))
 	}
 	for _, p := range sub.problems {
@@ -186,25 +191,10 @@ func TestCluster(t *testing.T) {
 	}
 	stuckLine := strconv.Itoa(len(f.stuck))
 	if len(f.stuck) > 0 {
-		byState := map[task.State]int{}
-		var b strings.Builder
-		for i, id := range f.stuck {
-			st := lastStates[id]
-			byState[st.State]++
-			if i < 60 {
-				fmt.Fprintf(&b, "  %s %s/%s: %s\n", id, st.State, st.Phase, st.Reason)
-			}
-		}
-		for i, id := range f.stuck {
-			if i == 6 {
-				break
-			}
-			fmt.Fprintf(&b, "  history of %s:\n%s", id, describe(all[id]))
-		}
+		byState, report := describeStuck(f.stuck, all)
 		stuckLine = fmt.Sprintf("%d %v", len(f.stuck), byState)
-		fmt.Fprintf(&b, "  %s\n", r.dumpGoroutines())
-		t.Errorf("%d tasks stuck (not terminal %s after healing, AX_TASKS %s):\n%s", len(f.stuck),
-			settledAt.Sub(healed).Round(time.Second), settled, b.String())
+		t.Errorf("%d tasks stuck (not terminal %s after healing, AX_TASKS %s):\n%s  %s", len(f.stuck),
+			settledAt.Sub(healed).Round(time.Second), settled, report, r.dumpGoroutines())
 	}
 
 	t.Logf(`cluster run figures:
@@ -229,6 +219,37 @@ func TestCluster(t *testing.T) {
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
 		settledAt.Sub(healed).Round(time.Second), settled)
+}
+
+// warmUp runs one demo.noop and waits until it succeeded, so every part is
+// known to be up before faults are injected. Calls go through the
+// submitter's failover: right after the streams were created, a node may
+// still answer "no responders".
+func (r *clusterRig) warmUp(sub *submitter) {
+	r.t.Helper()
+	s, err := task.New(demo.TypeNoop, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s.ID = warmUpPrefix + "cluster"
+	if err := sub.try(time.Minute, func(ctx context.Context, cl *sdk.Client) error {
+		_, err := cl.Submit(ctx, s)
+		return err
+	}); err != nil {
+		r.t.Fatalf("warm-up: %v", err)
+	}
+	eventually(r.t, time.Minute, "the warm-up task to succeed", func() (bool, string) {
+		var got *task.Task
+		err := sub.try(opTimeout, func(ctx context.Context, cl *sdk.Client) (err error) {
+			got, err = cl.Get(ctx, s.ID)
+			return err
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.State == task.Succeeded, string(got.State)
+	})
+	r.logf("warm-up task done")
 }
 
 // whyMissing tells what the SDK says about an acknowledged id without a
@@ -257,7 +278,7 @@ func whyMissing(clients []*sdk.Client, id string) string {
 // tasks exist and every workload task is terminal, or until AX_TASKS has
 // not grown for cfg.quiet, or cfg.settle passed. It returns how it ended
 // and the last states read.
-func (r *clusterRig) waitSettled(js jetstream.JetStream, w *clusterWorkload, acked map[string]time.Time, cfg clusterSettings) (string, map[string]task.Task) {
+func (r *clusterRig) waitSettled(w *clusterWorkload, acked map[string]time.Time, cfg clusterSettings) (string, map[string]task.Task) {
 	r.t.Helper()
 	start := time.Now()
 	var lastSeq uint64
@@ -267,6 +288,8 @@ func (r *clusterRig) waitSettled(js jetstream.JetStream, w *clusterWorkload, ack
 	for {
 		r.supervise()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		js := r.readers[r.readN%len(r.readers)]
+		r.readN++
 		s, err := latestStates(ctx, js)
 		var seq uint64
 		if err == nil {
