@@ -86,6 +86,9 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 		if err := o.disarmTimers(ctx, t); err != nil {
 			return err
 		}
+		if err := o.armForget(ctx, t); err != nil {
+			return err
+		}
 		if err := o.endedFanIn(ctx, t); err != nil {
 			return err
 		}

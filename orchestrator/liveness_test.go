@@ -585,3 +585,36 @@ func TestShardIDsAreReserved(t *testing.T) {
 		t.Fatalf("reason %q", rej.Rejection.Reason)
 	}
 }
+
+// TestRetentionKeepsUnfinishedTasks: with a history max age, a finished
+// task's history goes once it is that old, while a task waiting longer than
+// the max age keeps its state and runs.
+func TestRetentionKeepsUnfinishedTasks(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	cfg := orchestrator.Config{}
+	cfg.Topology.TaskHistoryMaxAge = 2 * time.Second
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	okExecutorStarted(t, srv.URL())
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	late := newSpec("waits-past-max-age", "ok")
+	late.Delay = task.Duration(5 * time.Second)
+	if _, err := c.SubmitMany(ctx, []task.Spec{late, newSpec("finishes-at-once", "ok")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "finishes-at-once"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("finishes-at-once: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the finished history removed", func() bool {
+		_, err := c.Get(ctx, "finishes-at-once")
+		return errors.Is(err, sdk.ErrNotFound)
+	})
+	got, err := c.Wait(ctx, "waits-past-max-age")
+	if err != nil || got.State != task.Succeeded {
+		t.Fatalf("waits-past-max-age: %v", err)
+	}
+	if h := transitions(t, c, "waits-past-max-age"); len(h) < 3 || h[0] != ">waiting" {
+		t.Fatalf("history of the delayed task %v lost its beginning", h)
+	}
+}

@@ -94,6 +94,8 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 		return o.fireFanIn(ctx, f)
 	case subject.TimerWatch:
 		return o.fireWatch(ctx, f)
+	case subject.TimerForget:
+		return o.fireForget(ctx, f)
 	default:
 		o.log.Warn().Str("kind", f.Kind).Str("task_id", f.ID).Msg("dropping timer of unknown kind")
 		return nil

@@ -187,6 +187,9 @@ const (
 	// other than a running one has one armed; a running one gets it at
 	// start + timeout + grace).
 	TimerWatch TimerKind = "watch"
+	// TimerForget removes a finished task's history once it is older than
+	// the configured retention (TaskHistoryMaxAge).
+	TimerForget TimerKind = "forget"
 )
 
 // Timer is the schedule subject of a task's timer of a kind (one per kind).

@@ -31,7 +31,10 @@ type Options struct {
 	AllowFewerReplicas bool
 	// DuplicateWindow is the submit stream's de-duplication window. Default 2m.
 	DuplicateWindow time.Duration
-	// TaskHistoryMaxAge bounds how long task histories are kept. Default 0: forever.
+	// TaskHistoryMaxAge bounds how long the history of a finished task is
+	// kept after it finished (the orchestrator removes it then, with its
+	// fan-in markers); unfinished tasks are never removed. It is also the
+	// TTL of AX_OBJECTS (plans and large results). Default 0: forever.
 	TaskHistoryMaxAge time.Duration
 }
 
@@ -81,7 +84,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
-			MaxAge:      o.TaskHistoryMaxAge,
 		},
 		{
 			Name:              subject.StreamTimers,
@@ -139,7 +141,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
-			MaxAge:      o.TaskHistoryMaxAge,
 		},
 		{
 			Name:              subject.StreamLeases,
