@@ -84,7 +84,7 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 	nc := testenv.Conn(t, srv.URL())
 	c := testenv.Client(t, srv.URL())
 	js, _ := jetstream.New(nc)
-	ctx := testenv.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 3*time.Minute)
 
 	cfg := console.Config{Client: c, Credentials: []console.Credential{
 		{Name: operatorName, Role: console.RoleOperator, Secret: operatorSecret},
@@ -149,7 +149,7 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 	}
 	want := map[string]task.State{f.upstream: task.Succeeded, f.downstream: task.Succeeded, f.failing: task.Failed,
 		f.flaky: task.Succeeded, f.delayed: task.Waiting, f.sharded: task.Succeeded}
-	testenv.Eventually(t, 30*time.Second, "the workload to settle", func() bool {
+	testenv.Eventually(t, 2*time.Minute, "the workload to settle", func() bool {
 		for id, st := range want {
 			got, err := c.Get(ctx, id)
 			if err != nil || got.State != st {
@@ -473,7 +473,7 @@ func TestConsoleBadInput(t *testing.T) {
 func TestConsoleActions(t *testing.T) {
 	t.Parallel()
 	f := setup(t, true)
-	ctx := testenv.Context(t, 60*time.Second)
+	ctx := testenv.Context(t, 3*time.Minute)
 	op := f.login(operatorName, operatorSecret)
 	op.mustGet("/", operatorName+" · operator")
 
