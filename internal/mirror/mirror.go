@@ -133,19 +133,27 @@ func (m *Mirror) Start(ctx context.Context) error {
 	default:
 		return fmt.Errorf("mirror: %w", err)
 	}
-	err = topology.Await(ctx, m.js, func(err error, wait time.Duration) {
-		m.log.Warn().Err(err).Dur("retry_in", wait).Msg("AX's streams are not available yet; waiting")
+	// The orchestrator creates AX's streams; a mirror started first, or
+	// during a JetStream outage, waits for them.
+	var stream jetstream.Stream
+	var cons jetstream.Consumer
+	err = topology.Retry(ctx, func(ctx context.Context) error {
+		if err := topology.Check(ctx, m.js); err != nil {
+			return err
+		}
+		var err error
+		if stream, err = m.js.Stream(ctx, subject.StreamTasks); err != nil {
+			return fmt.Errorf("bind stream %s: %w", subject.StreamTasks, err)
+		}
+		if cons, err = m.js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, m.consumerConfig()); err != nil {
+			return fmt.Errorf("consumer %s: %w", subject.ConsumerMirror, err)
+		}
+		return nil
+	}, func(err error, wait time.Duration) {
+		m.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot bind to AX's streams yet; waiting")
 	})
 	if err != nil {
 		return fmt.Errorf("mirror: %w", err)
-	}
-	stream, err := m.js.Stream(ctx, subject.StreamTasks)
-	if err != nil {
-		return fmt.Errorf("mirror: bind stream %s: %w", subject.StreamTasks, err)
-	}
-	cons, err := m.js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, m.consumerConfig())
-	if err != nil {
-		return fmt.Errorf("mirror: consumer %s: %w", subject.ConsumerMirror, err)
 	}
 	m.mu.Lock()
 	m.cons, m.stream = cons, stream
