@@ -102,7 +102,7 @@ func consumerLag(ctx context.Context, cons jetstream.Consumer, stream jetstream.
 func (m *Mirror) consumerLag(ctx context.Context) (uint64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	info, err := m.cons.Info(cctx)
+	info, err := m.consumer().Info(cctx)
 	if err != nil {
 		return 0, err
 	}

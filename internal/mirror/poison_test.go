@@ -49,3 +49,35 @@ func TestUndecodableEventDoesNotBlock(t *testing.T) {
 		t.Fatalf("no log of the skipped event:\n%s", logs.String())
 	}
 }
+
+// TestDeletedConsumerIsRecreated: a mirror whose consumer was deleted (by
+// hand, or lost) creates it again instead of idling for ever.
+func TestDeletedConsumerIsRecreated(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	js, err := jetstream.New(testenv.Conn(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, time.Minute)
+	publish := func(id string) {
+		t.Helper()
+		now := time.Now().UTC()
+		ev := task.Event{Kind: task.KindTransition, To: task.Ready, At: now, Actor: "test",
+			Task: task.Task{Spec: task.Spec{ID: id, Type: "x", Capability: "default"}, State: task.Ready, SubmittedAt: now, UpdatedAt: now}}
+		data, _ := json.Marshal(ev)
+		if _, err := js.Publish(ctx, subject.Task(id), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("before")
+	_, db := mirrortest.DB(t)
+	log, _ := newLog(t)
+	startMirror(t, srv.URL(), db, fastConfig(log), hooks{})
+	testenv.Eventually(t, 20*time.Second, "the first event mirrored", func() bool { return count(t, ctx, db, "ax_tasks") == 1 })
+	if err := js.DeleteConsumer(ctx, subject.StreamTasks, subject.ConsumerMirror); err != nil {
+		t.Fatal(err)
+	}
+	publish("after")
+	testenv.Eventually(t, 45*time.Second, "the event after the deletion mirrored", func() bool { return count(t, ctx, db, "ax_tasks") == 2 })
+}

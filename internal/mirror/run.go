@@ -26,6 +26,9 @@ func (m *Mirror) run(ctx context.Context) {
 			delay := fetchBackoff.NextBackOff()
 			m.log.Warn().Err(err).Dur("retry_in", delay).Msg("fetch from AX_TASKS failed; retrying")
 			sleep(ctx, delay)
+			if consumerMissing(err) {
+				m.rebind(ctx) // deleted or lost: without it the mirror would idle for ever
+			}
 			continue
 		}
 		fetchBackoff.Reset()
@@ -65,7 +68,7 @@ func (m *Mirror) fetch(ctx context.Context) ([]jetstream.Msg, error) {
 	}
 	fctx, cancel := context.WithTimeout(ctx, m.cfg.FetchWait)
 	defer cancel()
-	b, err := m.cons.Fetch(1, jetstream.FetchContext(fctx))
+	b, err := m.consumer().Fetch(1, jetstream.FetchContext(fctx))
 	if err != nil {
 		return nil, ignoreTimeout(err)
 	}
@@ -86,7 +89,7 @@ func (m *Mirror) fetchNoWait(n int) ([]jetstream.Msg, error) {
 	if n <= 0 {
 		return nil, nil
 	}
-	b, err := m.cons.FetchNoWait(n)
+	b, err := m.consumer().FetchNoWait(n)
 	if err != nil {
 		return nil, ignoreTimeout(err)
 	}
@@ -98,6 +101,33 @@ func (m *Mirror) fetchNoWait(n int) ([]jetstream.Msg, error) {
 		return nil, ignoreTimeout(b.Error())
 	}
 	return msgs, nil
+}
+
+// consumerMissing reports whether a fetch failed because the mirror's
+// consumer may not exist (a pull to a missing consumer has no responders).
+func consumerMissing(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerDoesNotExist)
+}
+
+// rebind creates the mirror's consumer again (it resumes after the last
+// acknowledged event, or from the start: writes are idempotent).
+func (m *Mirror) rebind(ctx context.Context) {
+	cons, err := m.js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, m.consumerConfig())
+	if err != nil {
+		m.log.Warn().Err(err).Msg("cannot recreate the mirror's consumer; retrying")
+		return
+	}
+	m.mu.Lock()
+	m.cons = cons
+	m.mu.Unlock()
+	m.log.Warn().Msg("the mirror's consumer was missing and has been recreated")
+}
+
+func (m *Mirror) consumer() jetstream.Consumer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cons
 }
 
 func ignoreTimeout(err error) error {
