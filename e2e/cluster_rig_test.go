@@ -333,6 +333,17 @@ type scraped struct {
 // scrapedCounters are the counters summed per label set.
 var scrapedCounters = []string{"ax_reconciler_repairs_total", "ax_consumer_restarts_total"}
 
+// subsystem is a metric name's prefix up to its second underscore
+// (ax_reconciler_).
+func subsystem(name string) string {
+	if i := strings.Index(name, "_"); i >= 0 {
+		if j := strings.Index(name[i+1:], "_"); j >= 0 {
+			return name[:i+j+2]
+		}
+	}
+	return name
+}
+
 func newCounterScraper() *counterScraper {
 	return &counterScraper{addrs: make(map[string]string), procs: make(map[string]*scraped), seen: make(map[string]bool)}
 }
@@ -382,6 +393,11 @@ func (s *counterScraper) scrape(name string) {
 		for _, c := range scrapedCounters {
 			if series == c || strings.HasPrefix(series, c+"{") {
 				values[series] = v
+			}
+			// A counter vector with no label set yet is not exposed at
+			// all: another metric of its subsystem (ax_reconciler_…)
+			// tells that it exists and is 0.
+			if strings.HasPrefix(series, subsystem(c)) {
 				seen[c] = true
 			}
 		}
@@ -451,7 +467,7 @@ func (s *counterScraper) render(counter string) string {
 		return "n/a (not exposed)"
 	}
 	if len(m) == 0 {
-		return "none"
+		return "0"
 	}
 	var parts []string
 	for k, v := range m {
