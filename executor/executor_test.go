@@ -27,14 +27,14 @@ import (
 // all of them (no executor runs yet).
 func queueReady(t *testing.T, c *sdk.Client, nc *nats.Conn, specs []task.Spec) {
 	t.Helper()
-	ctx := testenv.Context(t, 2*time.Minute)
+	ctx := testenv.Context(t, 5*time.Minute)
 	for i := 0; i < len(specs); i += 2000 {
 		if _, err := c.SubmitMany(ctx, specs[i:min(i+2000, len(specs))]); err != nil {
 			t.Fatal(err)
 		}
 	}
 	js, _ := jetstream.New(nc)
-	testenv.Eventually(t, 2*time.Minute, "all tasks dispatched", func() bool {
+	testenv.Eventually(t, 5*time.Minute, "all tasks dispatched", func() bool {
 		st, err := js.Stream(ctx, subject.StreamReady)
 		if err != nil {
 			return false
