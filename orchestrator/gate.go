@@ -37,12 +37,15 @@ type gate struct {
 	// shared is each breaker's state as last read from or written to the
 	// bucket; a local state ahead of it is a change to share.
 	shared map[string]breaker.State
+	// sharedSince is when each shared state began (a half-open breaker
+	// whose probes timed out starts a fresh half-open).
+	sharedSince map[string]time.Time
 	revs   map[string]uint64 // control key → last revision seen
 }
 
 func newGate(cfg breaker.Config) *gate {
 	return &gate{cfg: cfg.WithDefaults(), pauses: map[string]task.Pause{},
-		breakers: map[string]*breaker.Breaker{}, shared: map[string]breaker.State{}, revs: map[string]uint64{}}
+		breakers: map[string]*breaker.Breaker{}, shared: map[string]breaker.State{}, sharedSince: map[string]time.Time{}, revs: map[string]uint64{}}
 }
 
 func (g *gate) breaker(taskType string) *breaker.Breaker {
@@ -132,6 +135,7 @@ func (g *gate) apply(e jetstream.KeyValueEntry) {
 			g.breaker(taskType).Restore(s)
 			g.mu.Lock()
 			g.shared[taskType] = s.State
+			g.sharedSince[taskType] = s.Since
 			g.mu.Unlock()
 		}
 	default:
@@ -145,21 +149,27 @@ func (g *gate) revision(key string) uint64 {
 	return g.revs[key]
 }
 
-// dueHalfOpen lists the types whose breaker was shared as open and whose
-// cooldown has passed.
-func (g *gate) dueHalfOpen(now time.Time) []string {
+// dueHalfOpen lists the types whose breaker turned half-open since it was
+// shared — its cooldown passed, or its probes timed out and a fresh set is
+// due — with the state shared before.
+func (g *gate) dueHalfOpen(now time.Time) map[string]breaker.State {
 	g.mu.Lock()
-	var open []string
+	type shared struct {
+		st    breaker.State
+		since time.Time
+	}
+	candidates := map[string]shared{}
 	for t, st := range g.shared {
-		if st == breaker.Open {
-			open = append(open, t)
+		if st == breaker.Open || st == breaker.HalfOpen {
+			candidates[t] = shared{st, g.sharedSince[t]}
 		}
 	}
 	g.mu.Unlock()
-	var due []string
-	for _, t := range open {
-		if st, _ := g.breaker(t).State(now); st == breaker.HalfOpen {
-			due = append(due, t)
+	due := map[string]breaker.State{}
+	for t, sh := range candidates {
+		snap := g.breaker(t).Snapshot(now)
+		if snap.State == breaker.HalfOpen && (sh.st == breaker.Open || snap.Since.After(sh.since)) {
+			due[t] = sh.st
 		}
 	}
 	return due
@@ -215,8 +225,12 @@ func (o *Orchestrator) breakerLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, typ := range o.gate.dueHalfOpen(o.now()) {
-			if o.persistBreaker(ctx, typ, o.gate.breaker(typ), breaker.Open, "cooldown passed; letting probes through") {
+		for typ, from := range o.gate.dueHalfOpen(o.now()) {
+			reason := "cooldown passed; letting probes through"
+			if from == breaker.HalfOpen {
+				reason = "probes' outcomes did not arrive in time; letting a fresh set through"
+			}
+			if o.persistBreaker(ctx, typ, o.gate.breaker(typ), from, reason) {
 				o.releaseHeld(ctx, typ, o.gate.cfg.Probes)
 			}
 		}
@@ -276,6 +290,7 @@ func (o *Orchestrator) persistBreaker(ctx context.Context, taskType string, b *b
 	o.gate.mu.Lock()
 	o.gate.revs[key] = rev
 	o.gate.shared[taskType] = snap.State
+	o.gate.sharedSince[taskType] = snap.Since
 	o.gate.mu.Unlock()
 	o.log.Warn().Str("type", taskType).Str("from", string(from)).Str("to", string(snap.State)).Str("reason", reason).Msg("circuit breaker changed")
 	o.audit(ctx, task.AuditEvent{Kind: "breaker", Key: taskType, From: string(from), To: string(snap.State), Reason: reason})
