@@ -40,7 +40,7 @@ type gate struct {
 	// sharedSince is when each shared state began (a half-open breaker
 	// whose probes timed out starts a fresh half-open).
 	sharedSince map[string]time.Time
-	revs   map[string]uint64 // control key → last revision seen
+	revs        map[string]uint64 // control key → last revision seen
 }
 
 func newGate(cfg breaker.Config) *gate {
