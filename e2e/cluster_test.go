@@ -210,7 +210,9 @@ func TestCluster(t *testing.T) {
   repairs:        %s
   consumer restarts: %s
   takeovers:      %d; dead letters %d; crashes (unexpected exits) %v
-  durations:      total %s; faults %s; heal → settled %s (%s)`,
+  durations:      total %s; faults %s; heal → settled %s (%s); %.0f tasks/s from the first submission to settled
+  longest stall's history (%s):
+%s`,
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
 		stuckLine, len(f.missing), f.violations,
@@ -218,7 +220,8 @@ func TestCluster(t *testing.T) {
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
-		settledAt.Sub(healed).Round(time.Second), settled)
+		settledAt.Sub(healed).Round(time.Second), settled, float64(f.tasks+f.shards)/settledAt.Sub(phaseStart).Seconds(),
+		f.longest.id, describe(all[f.longest.id]))
 }
 
 // warmUp runs one demo.noop and waits until it succeeded, so every part is
