@@ -442,37 +442,33 @@ func TestDependentRightAfterUpstream(t *testing.T) {
 	}
 }
 
-// TestResubmitAfterRejection: a task rejected because its dependency did not
-// exist yet is submitted again with the same id once it does. There is no
-// task with that id, so Submit must create one, not report success while
-// JetStream drops the message as a duplicate of the rejected one.
+// TestResubmitAfterRejection: a task whose submission was rejected (here a
+// raw publish with a zero timeout) is submitted again, corrected, with the
+// same id. There is no task with that id, so Submit must create one, not
+// report success while the rejection stands.
 func TestResubmitAfterRejection(t *testing.T) {
 	c := newCluster(t)
 	c.startServer()
-	_, cl := c.connect()
+	nc, cl := c.connect()
 	c.startOrchestrator("orch-1")
 	c.startWorker("worker-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	up, err := task.New(demo.TypeNoop, nil)
+	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	up.ID = "resubmit-up"
-	down := up
-	down.ID, down.DependsOn = "resubmit-down", []string{up.ID}
-	if _, err := cl.Submit(ctx, down); err != nil {
+	down, err := task.New(demo.TypeNoop, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.ID = "resubmit-down"
+	if _, err := js.Publish(ctx, subject.Submit(demo.TypeNoop), []byte(`{"id":"resubmit-down","timeout":"0s"}`)); err != nil {
 		t.Fatal(err)
 	}
 	var rej *sdk.RejectedError
 	if _, err := cl.Wait(ctx, down.ID); !errors.As(err, &rej) {
-		t.Fatalf("first submission of %s: %v, want a rejection (unknown dependency)", down.ID, err)
-	}
-	if _, err := cl.Submit(ctx, up); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := cl.Wait(ctx, up.ID); err != nil || got.State != task.Succeeded {
-		t.Fatalf("upstream: %+v, %v", got, err)
+		t.Fatalf("first submission of %s: %v, want a rejection (zero timeout)", down.ID, err)
 	}
 	if _, err := cl.Submit(ctx, down); err != nil {
 		t.Fatalf("second submission of %s: %v", down.ID, err)

@@ -81,7 +81,7 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		// Reads go to the stream leader, but a dispatch is work: look again
 		// a few times before dropping it.
 		log.Warn().Msg("dispatch of a task not found; looking again")
-		_ = msg.NakWithDelay(time.Second)
+		_ = msg.NakWithDelay(500 * time.Millisecond)
 		return
 	case err != nil:
 		log.Warn().Err(err).Msg("claim failed; will retry")
@@ -328,8 +328,8 @@ func (e *Executor) leased(ctx context.Context, id, executionID string) (bool, er
 }
 
 // unknownTaskDeliveries is the delivery of a dispatch naming a task that
-// cannot be found at which the dispatch is dropped.
-const unknownTaskDeliveries = 5
+// cannot be found (a leader read) at which the dispatch is dropped.
+const unknownTaskDeliveries = 2
 
 // errRunningElsewhere: the task is running under the same execution id on a
 // first delivery of its dispatch (a copy, or consumer state lost in a server
