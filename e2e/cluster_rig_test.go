@@ -541,3 +541,27 @@ func (r *clusterRig) read(what string, op func(ctx context.Context, js jetstream
 		time.Sleep(time.Second)
 	}
 }
+
+// killAll kills every process at the end of the test, after reporting any
+// that exited although nobody stopped it.
+func (r *clusterRig) killAll() {
+	for _, p := range r.c.procs {
+		if p.cur == nil {
+			continue
+		}
+		if !p.alive() {
+			if !p.stopped {
+				r.t.Errorf("process %s exited unexpectedly: %v", p.name, p.cur.err)
+				p.stopped = true
+			}
+			continue
+		}
+		p.stopped = true
+		_ = p.cur.cmd.Process.Signal(syscall.SIGKILL)
+		select {
+		case <-p.cur.done:
+		case <-time.After(10 * time.Second):
+			r.t.Errorf("process %s (pid %d) did not die", p.name, p.cur.cmd.Process.Pid)
+		}
+	}
+}

@@ -104,6 +104,9 @@ func TestCluster(t *testing.T) {
 
 	nc := startNATSCluster(t, c, 3, cfg.syncAlways)
 	r := newClusterRig(t, c, nc, rng)
+	// Registered after the database's cleanup, so it runs before it: no
+	// process outlives the proxies or the database it uses.
+	t.Cleanup(r.killAll)
 	r.logf("3 nats-server nodes healthy: %s", nc.URLs(0))
 	// The second orchestrator starts once the first created the topology:
 	// two processes creating the same R3 stream at the same moment both get
@@ -210,7 +213,7 @@ func TestCluster(t *testing.T) {
   repairs:        %s
   consumer restarts: %s
   takeovers:      %d; dead letters %d; crashes (unexpected exits) %v
-  durations:      total %s; faults %s; heal → settled %s (%s); %.0f tasks/s from the first submission to settled
+  durations:      total %s; submission and faults %s; heal → settled %s (%s); %.0f tasks/s from the first submission to settled
   longest stall's history (%s):
 %s`,
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
