@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/task"
@@ -140,7 +142,7 @@ func (e *Executor) plan(ctx context.Context, h *shardedHandler, t task.Task, job
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode plan: %w", err)
 	}
-	if _, err := e.objects.PutBytes(ctx, ref.Object, data); err != nil {
+	if err := e.putObject(ctx, ref.Object, data); err != nil {
 		return nil, nil, fmt.Errorf("store plan %s: %w", ref.Object, err)
 	}
 	return nil, &ref, nil
@@ -151,7 +153,11 @@ func (e *Executor) aggregate(ctx context.Context, h *shardedHandler, t task.Task
 	if h.Aggregate == nil {
 		return nil, errors.New("no aggregator registered for this type on this executor")
 	}
-	markers, err := e.fanin.Outcomes(ctx, t.ID)
+	want := 0
+	if t.Sharding != nil {
+		want = t.Sharding.Shards
+	}
+	markers, err := e.fanin.Outcomes(ctx, t.ID, want)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +175,26 @@ func (e *Executor) aggregate(ctx context.Context, h *shardedHandler, t task.Task
 // object store and returns its name.
 func (e *Executor) storeLargeResult(ctx context.Context, t task.Task, result json.RawMessage) (string, error) {
 	name := task.ResultObjectName(t.ID, t.ExecutionID)
-	if _, err := e.objects.PutBytes(ctx, name, result); err != nil {
+	if err := e.putObject(ctx, name, result); err != nil {
 		return "", fmt.Errorf("store result (%d bytes) as %s: %w", len(result), name, err)
 	}
 	return name, nil
+}
+
+// putObject stores an object, riding out a NATS outage (no responders, a
+// leader election) for as long as the attempt's context allows: an
+// infrastructure error is not the handler's failure and must not use up the
+// task's retries.
+func (e *Executor) putObject(ctx context.Context, name string, data []byte) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 100 * time.Millisecond
+	bo.MaxInterval = 2 * time.Second
+	bo.MaxElapsedTime = 0
+	return backoff.Retry(func() error {
+		if e.hardStop.Err() != nil {
+			return backoff.Permanent(e.hardStop.Err())
+		}
+		_, err := e.objects.PutBytes(ctx, name, data)
+		return err
+	}, backoff.WithContext(bo, ctx))
 }

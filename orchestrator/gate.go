@@ -175,16 +175,20 @@ func (g *gate) dueHalfOpen(now time.Time) map[string]breaker.State {
 	return due
 }
 
-// watchControl keeps the gate current until ctx ends.
+// watchControl keeps the gate current until ctx ends. If the initial values
+// do not arrive, the watch is stopped and an error returned (to retry).
 func (o *Orchestrator) watchControl(ctx context.Context) error {
+	ctx, stop := context.WithCancel(ctx)
 	w, err := o.control.WatchAll(ctx)
 	if err != nil {
+		stop()
 		return fmt.Errorf("watch %s: %w", subject.BucketControl, err)
 	}
 	ready := make(chan struct{})
 	o.bg.Add(1)
 	go func() {
 		defer o.bg.Done()
+		defer stop()
 		defer w.Stop()
 		initial := true
 		for {
@@ -210,6 +214,7 @@ func (o *Orchestrator) watchControl(ctx context.Context) error {
 	case <-ready:
 		return nil
 	case <-time.After(10 * time.Second):
+		stop()
 		return fmt.Errorf("watch %s: no initial values after 10s", subject.BucketControl)
 	}
 }

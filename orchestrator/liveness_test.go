@@ -340,7 +340,7 @@ func TestHealthyRunHasNoRepairs(t *testing.T) {
 		t.Fatalf("h-19: %s %v", got.State, err)
 	}
 	total := 0.0
-	for _, r := range []string{"lease_expired", "ready_not_dispatched", "waiting_resolved", "shards_ended", "retry_overdue", "effects_completed"} {
+	for _, r := range []string{"lease_expired", "ready_not_dispatched", "waiting_resolved", "shards_ended", "retry_overdue"} {
 		total += metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": r})
 	}
 	if total != 0 {

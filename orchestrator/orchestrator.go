@@ -83,54 +83,20 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	if o.stopFn != nil {
 		return nil
 	}
+	loops := o.loops()
 	// JetStream may be briefly unavailable (a node down, a partition, a
 	// leader election): wait it out instead of exiting.
-	err := topology.Retry(ctx, func(ctx context.Context) error { return topology.Ensure(ctx, o.js, o.cfg.Topology) },
-		func(err error, wait time.Duration) {
-			o.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot set up AX's streams yet; retrying")
-		})
-	if err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	st, err := store.New(ctx, o.js)
-	if err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	o.store = st
-	if o.fanin, err = fanin.New(ctx, o.js); err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
-		return fmt.Errorf("orchestrator: bind %s: %w", subject.BucketObjects, err)
-	}
-	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
-		return fmt.Errorf("orchestrator: bind timers: %w", err)
-	}
-	if o.ready, err = o.js.Stream(ctx, subject.StreamReady); err != nil {
-		return fmt.Errorf("orchestrator: bind %s: %w", subject.StreamReady, err)
-	}
-	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
-		return fmt.Errorf("orchestrator: bind %s: %w", subject.StreamLeases, err)
-	}
-	if err := o.bindRetrySlots(ctx); err != nil {
-		return fmt.Errorf("orchestrator: %w", err)
-	}
-	if o.control, err = o.js.KeyValue(ctx, subject.BucketControl); err != nil {
-		return fmt.Errorf("orchestrator: bind %s: %w", subject.BucketControl, err)
-	}
-
-	loops := []struct {
-		stream, consumer, filter string
-		handle                   consume.Handler
-	}{
-		{subject.StreamSubmit, subject.ConsumerSubmit, "", o.handleSubmit},
-		{subject.StreamCompleted, subject.ConsumerCompleted, "", o.handleReport},
-		{subject.StreamTimers, subject.ConsumerTimers, subject.FireAll, o.handleFire},
-		{subject.StreamCommands, subject.ConsumerCommands, "", o.handleCommand},
-	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	o.runCtx = runCtx
-	if err := o.watchControl(runCtx); err != nil {
+	err := topology.Retry(ctx, func(ctx context.Context) error {
+		if err := o.setup(ctx, loops); err != nil {
+			return err
+		}
+		return o.watchControl(runCtx)
+	}, func(err error, wait time.Duration) {
+		o.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot set up AX's streams and consumers yet; retrying")
+	})
+	if err != nil {
 		cancel()
 		o.bg.Wait()
 		return fmt.Errorf("orchestrator: %w", err)
@@ -140,30 +106,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, l := range loops {
-		cfg := jetstream.ConsumerConfig{
-			Durable:       l.consumer,
-			FilterSubject: l.filter,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       o.cfg.AckWait,
-			MaxAckPending: 4 * o.cfg.Batch * o.cfg.Workers / 16,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-			// The handler keeps a message as poison at MaxDeliveries; this
-			// is the server's backstop should even that keep failing.
-			MaxDeliver: 2 * int(o.cfg.MaxDeliveries),
-		}
-		bind := func(ctx context.Context) (jetstream.Consumer, error) {
-			cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, cfg)
-			if err != nil {
-				return nil, fmt.Errorf("consumer %s: %w", l.consumer, err)
-			}
-			return cons, nil
-		}
-		// The first binding happens here so Start reports a broken setup.
-		if _, err := bind(ctx); err != nil {
-			cancel()
-			o.bg.Wait()
-			return fmt.Errorf("orchestrator: %w", err)
-		}
+		bind := func(ctx context.Context) (jetstream.Consumer, error) { return o.bindLoop(ctx, l) }
 		keep := consume.KeepPoison(o.js, l.consumer)
 		poisoned := o.metrics.Poisoned.WithLabelValues(l.consumer)
 		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
@@ -199,6 +142,80 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	go func() { wg.Wait(); o.bg.Wait(); close(done) }()
 	o.stopFn, o.done = cancel, done
 	o.log.Info().Msg("orchestrator started")
+	return nil
+}
+
+// loop is one of the orchestrator's consumers and its handler.
+type loop struct {
+	stream, consumer, filter string
+	handle                   consume.Handler
+}
+
+func (o *Orchestrator) loops() []loop {
+	return []loop{
+		{subject.StreamSubmit, subject.ConsumerSubmit, "", o.handleSubmit},
+		{subject.StreamCompleted, subject.ConsumerCompleted, "", o.handleReport},
+		{subject.StreamTimers, subject.ConsumerTimers, subject.FireAll, o.handleFire},
+		{subject.StreamCommands, subject.ConsumerCommands, "", o.handleCommand},
+	}
+}
+
+// bindLoop creates or updates a loop's durable consumer.
+func (o *Orchestrator) bindLoop(ctx context.Context, l loop) (jetstream.Consumer, error) {
+	cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
+		Durable:       l.consumer,
+		FilterSubject: l.filter,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.cfg.AckWait,
+		MaxAckPending: 4 * o.cfg.Batch * o.cfg.Workers / 16,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// The handler keeps a message as poison at MaxDeliveries; this is
+		// the server's backstop should even that keep failing.
+		MaxDeliver: 2 * int(o.cfg.MaxDeliveries),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", l.consumer, err)
+	}
+	return cons, nil
+}
+
+// setup creates AX's topology and binds what the orchestrator uses,
+// including its consumers (so they exist when Start returns).
+func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
+	if err := topology.Ensure(ctx, o.js, o.cfg.Topology); err != nil {
+		return err
+	}
+	st, err := store.New(ctx, o.js)
+	if err != nil {
+		return err
+	}
+	o.store = st
+	if o.fanin, err = fanin.New(ctx, o.js); err != nil {
+		return err
+	}
+	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
+	}
+	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
+		return fmt.Errorf("bind timers: %w", err)
+	}
+	if o.ready, err = o.js.Stream(ctx, subject.StreamReady); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.StreamReady, err)
+	}
+	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
+	}
+	if err := o.bindRetrySlots(ctx); err != nil {
+		return err
+	}
+	if o.control, err = o.js.KeyValue(ctx, subject.BucketControl); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.BucketControl, err)
+	}
+	for _, l := range loops {
+		if _, err := o.bindLoop(ctx, l); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

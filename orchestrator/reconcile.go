@@ -36,7 +36,6 @@ const (
 	repairWaiting       = "waiting_resolved"
 	repairShards        = "shards_ended"
 	repairRetryOverdue  = "retry_overdue"
-	repairEffects       = "effects_completed"
 )
 
 // armWatch (re)arms the reconciler's look at an unfinished task.
@@ -79,10 +78,11 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 	o.metrics.Checks.WithLabelValues(string(t.State)).Inc()
 	o.oldest.note(o, t)
 	if t.State.Terminal() {
-		if !f.Cascade {
-			// Its effects were cut short (the watch is purged with them).
-			o.repaired(repairEffects, t)
-		}
+		// A task's end is applied by a message acknowledged only once its
+		// effects are ensured, so this is a watch armed by a late
+		// re-ensure of an earlier state (after a crash, say), or a
+		// cascade's: ensuring them again is cheap and idempotent, and not
+		// counted as a repair.
 		return o.ensureEffects(ctx, t, rev)
 	}
 	if strings.HasPrefix(t.Reason, "held:") {

@@ -152,8 +152,40 @@ func (m *Markers) Counts(ctx context.Context, waiter string) (map[task.State]int
 	return out, nil
 }
 
+// ErrIncomplete is returned, wrapped, by Outcomes when fewer markers than
+// expected could be read (a replica behind the stream, a read cut short).
+var ErrIncomplete = errors.New("fan-in markers incomplete")
+
 // Outcomes reads every marker of waiter once, sorted by shard index then id.
-func (m *Markers) Outcomes(ctx context.Context, waiter string) ([]task.MemberOutcome, error) {
+// want is how many members the waiter has: a read that finds fewer (the
+// consumer's replica may be behind, or the read is cut short) is tried again
+// for up to a minute, then fails with ErrIncomplete — an aggregate over a
+// partial read would be wrong.
+func (m *Markers) Outcomes(ctx context.Context, waiter string, want int) ([]task.MemberOutcome, error) {
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := m.readOutcomes(ctx, waiter)
+		switch {
+		case err == nil && len(out) >= want:
+			return out, nil
+		case err == nil:
+			err = fmt.Errorf("read %d of %d markers of %s: %w", len(out), want, waiter, ErrIncomplete)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read fan-in of %s: %w", waiter, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// readOutcomes reads the markers a fresh consumer counts, once.
+func (m *Markers) readOutcomes(ctx context.Context, waiter string) ([]task.MemberOutcome, error) {
 	cons, done, err := scan.Open(ctx, m.js, subject.StreamFanIn, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject.FanInWaiter(waiter)},
 	})
@@ -167,6 +199,7 @@ func (m *Markers) Outcomes(ctx context.Context, waiter string) ([]task.MemberOut
 	}
 	total := int(info.NumPending)
 	out := make([]task.MemberOutcome, 0, total)
+	idle := 0
 	for len(out) < total {
 		batch, err := cons.FetchNoWait(min(total-len(out), 1000))
 		if err != nil {
@@ -184,12 +217,17 @@ func (m *Markers) Outcomes(ctx context.Context, waiter string) ([]task.MemberOut
 		if err := batch.Error(); err != nil {
 			return nil, fmt.Errorf("read fan-in of %s: %w", waiter, err)
 		}
-		if n == 0 {
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("read fan-in of %s: %w", waiter, ctx.Err())
-			case <-time.After(10 * time.Millisecond):
-			}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle > 500 { // 5 s without a marker: start over
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read fan-in of %s: %w", waiter, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -55,7 +55,7 @@ func TestMarkCountAndRead(t *testing.T) {
 	if err != nil || counts[task.Succeeded] != 8 || counts[task.Failed] != 2 || counts[task.Cancelled] != 0 {
 		t.Fatalf("counts %v, %v", counts, err)
 	}
-	outs, err := m.Outcomes(ctx, waiter)
+	outs, err := m.Outcomes(ctx, waiter, 10)
 	if err != nil || len(outs) != 10 {
 		t.Fatalf("outcomes %v, %v", outs, err)
 	}
