@@ -414,7 +414,7 @@ func (o *Orchestrator) unhold(ctx context.Context, m heldMarker) error {
 	case task.Waiting:
 		return o.resolveWaiting(ctx, t, rev, false)
 	case task.Retrying:
-		at, err := o.allocateRetry(ctx, t.Type, o.now())
+		at, err := o.allocateRetry(ctx, t.Type, retryHolder(t)+"#released", o.now())
 		if err != nil {
 			return err
 		}

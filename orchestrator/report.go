@@ -62,7 +62,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		}
 		next, reason := o.outcome(t, r)
 		if next.State == task.Retrying {
-			at, err := o.allocateRetry(ctx, t.Type, *next.RetryAt)
+			at, err := o.allocateRetry(ctx, t.Type, retryHolder(t), *next.RetryAt)
 			if err != nil {
 				return err
 			}

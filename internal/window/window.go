@@ -88,6 +88,28 @@ func (p Policy) SlotStart(w int64, k int) time.Time {
 // The start time is in UTC and never earlier than desired. desired must lie
 // within the years 1678–2262 (the range of int64 Unix nanoseconds).
 func (p Policy) Allocate(ctx context.Context, c Counter, key string, desired time.Time, maxWindows int) (time.Time, error) {
+	return p.AllocateFor(ctx, c, key, "", desired, maxWindows)
+}
+
+// HolderCounter is a Counter that can take slots idempotently: TakeFor with
+// a holder that already holds a slot of window w returns that slot again
+// instead of taking another (a retry whose allocation is redone after a
+// crash or a conflict).
+type HolderCounter interface {
+	Counter
+	TakeFor(ctx context.Context, key string, w int64, limit int, holder string) (slot int, ok bool, err error)
+}
+
+// AllocateFor is Allocate for one holder (say, a task's attempt): with a
+// HolderCounter, allocating again for the same holder and desired time
+// returns the same start and takes no second slot.
+func (p Policy) AllocateFor(ctx context.Context, c Counter, key, holder string, desired time.Time, maxWindows int) (time.Time, error) {
+	take := c.Take
+	if hc, ok := c.(HolderCounter); ok && holder != "" {
+		take = func(ctx context.Context, key string, w int64, limit int) (int, bool, error) {
+			return hc.TakeFor(ctx, key, w, limit, holder)
+		}
+	}
 	p = p.WithDefaults()
 	maxWindows = max(maxWindows, 1)
 	first := p.Window(desired)
@@ -103,7 +125,7 @@ func (p Policy) Allocate(ctx context.Context, c Counter, key string, desired tim
 			return time.Time{}, fmt.Errorf("window: allocate retry of %q: %w", key, err)
 		}
 		w := first + i
-		slot, ok, err := c.Take(ctx, key, w, p.Limit)
+		slot, ok, err := take(ctx, key, w, p.Limit)
 		if err != nil {
 			return time.Time{}, fmt.Errorf("window: take a slot of window %d for %q: %w", w, key, err)
 		}
@@ -137,8 +159,9 @@ func floorDiv(a, b int64) int64 {
 // Safe for concurrent use. Its memory grows with the windows used; Prune
 // forgets old ones.
 type MemoryCounter struct {
-	mu    sync.Mutex
-	taken map[memoryKey]int
+	mu      sync.Mutex
+	taken   map[memoryKey]int
+	holders map[memoryKey]map[string]int
 }
 
 type memoryKey struct {
@@ -148,7 +171,28 @@ type memoryKey struct {
 
 // NewMemoryCounter returns an empty MemoryCounter.
 func NewMemoryCounter() *MemoryCounter {
-	return &MemoryCounter{taken: make(map[memoryKey]int)}
+	return &MemoryCounter{taken: make(map[memoryKey]int), holders: make(map[memoryKey]map[string]int)}
+}
+
+// TakeFor is Take, idempotent per holder.
+func (m *MemoryCounter) TakeFor(ctx context.Context, key string, w int64, limit int, holder string) (int, bool, error) {
+	m.mu.Lock()
+	slot, held := m.holders[memoryKey{key, w}][holder]
+	m.mu.Unlock()
+	if held {
+		return slot, true, nil
+	}
+	slot, ok, err := m.Take(ctx, key, w, limit)
+	if ok {
+		m.mu.Lock()
+		k := memoryKey{key, w}
+		if m.holders[k] == nil {
+			m.holders[k] = make(map[string]int)
+		}
+		m.holders[k][holder] = slot
+		m.mu.Unlock()
+	}
+	return slot, ok, err
 }
 
 // Take takes the next slot of key's window w if fewer than limit are taken.
@@ -184,6 +228,7 @@ func (m *MemoryCounter) Prune(before int64) {
 	for k := range m.taken {
 		if k.w < before {
 			delete(m.taken, k)
+			delete(m.holders, k)
 		}
 	}
 }

@@ -311,3 +311,33 @@ func TestMemoryCounter(t *testing.T) {
 		t.Errorf("after Prune(8): window 7 holds %d, window 8 %d; want 0, 1", c.Taken("k", 7), c.Taken("k", 8))
 	}
 }
+
+// TestAllocateForIsIdempotent: allocating again for the same holder (a
+// retry whose allocation is redone after a conflict or a crash) returns the
+// same start and takes no second slot.
+func TestAllocateForIsIdempotent(t *testing.T) {
+	p := Policy{Limit: 2, Width: time.Second}
+	c := NewMemoryCounter()
+	ctx := context.Background()
+	at := time.Unix(1_000_000, 0)
+	a1, err := p.AllocateFor(ctx, c, "k", "task-a#1", at, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := p.AllocateFor(ctx, c, "k", "task-a#1", at, 10)
+	if err != nil || !a2.Equal(a1) {
+		t.Fatalf("again: %s %v, want %s", a2, err, a1)
+	}
+	if n := c.Taken("k", p.Window(at)); n != 1 {
+		t.Fatalf("%d slots taken, want 1", n)
+	}
+	b, _ := p.AllocateFor(ctx, c, "k", "task-b#1", at, 10)
+	cc, _ := p.AllocateFor(ctx, c, "k", "task-c#1", at, 10) // the window is full: the next one
+	if p.Window(b) != p.Window(at) || p.Window(cc) != p.Window(at)+1 {
+		t.Fatalf("b %s c %s", b, cc)
+	}
+	// a's window is full now; a's allocation is still found there.
+	if a3, err := p.AllocateFor(ctx, c, "k", "task-a#1", at, 10); err != nil || !a3.Equal(a1) {
+		t.Fatalf("after the window filled: %s %v, want %s", a3, err, a1)
+	}
+}
