@@ -116,6 +116,27 @@ func (r *clusterRig) waitTopology(js jetstream.JetStream, timeout time.Duration)
 	})
 }
 
+// checkReplicasKept: the replica count is the cluster's configuration. An
+// orchestrator asking for fewer replicas is refused with a clear message
+// and exits; `ax topology` without --replicas keeps R3.
+func (r *clusterRig) checkReplicasKept() {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, axBin, "orchestrator", "--nats", r.nats.URLs(0), "--node-id", "orch-lowering",
+		"--replicas", "1", "--log-level", "warn").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "refusing to lower the replica count") {
+		r.t.Errorf("ax orchestrator --replicas 1 on R3 streams: %v, want a refusal naming it\n%s", err, out)
+	}
+	out, err = exec.CommandContext(ctx, axBin, "topology", "--nats", r.nats.URLs(0)).CombinedOutput()
+	if err != nil || strings.Count(string(out), "replicas 3") != len(topology.Streams(topology.Options{})) {
+		r.t.Errorf("ax topology without --replicas: %v\n%s", err, out)
+	}
+	if bad := r.topologyReplicas(r.readers[0]); len(bad) > 0 {
+		r.t.Errorf("streams not at 3 replicas after a lower count was asked for: %s", strings.Join(bad, ", "))
+	}
+}
+
 // topologyReplicas lists the AX streams that are missing or not R3.
 func (r *clusterRig) topologyReplicas(js jetstream.JetStream) []string {
 	var names []string

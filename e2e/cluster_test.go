@@ -175,6 +175,7 @@ func TestCluster(t *testing.T) {
 	if bad := r.topologyReplicas(r.readers[0]); len(bad) > 0 {
 		t.Errorf("streams not at 3 replicas at the end: %s", strings.Join(bad, ", "))
 	}
+	r.checkReplicasKept()
 	for _, p := range sub.problems {
 		t.Errorf("submission: %s", p)
 	}
