@@ -250,6 +250,33 @@ func (c *Client) History(ctx context.Context, id string) ([]store.Revisioned, er
 // cancelled, expired) and returns it. It returns a *RejectedError if the
 // submission was refused, or ctx's error.
 func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
+	// NATS may not answer for a while (a node failing over, a leader
+	// election): waiting is what the caller asked for, so transient errors
+	// are waited out until ctx ends.
+	backoff := 100 * time.Millisecond
+	for {
+		t, err := c.wait(ctx, id)
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return t, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// transient reports whether err is NATS or JetStream not answering for now.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 503)
+}
+
+func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 	cons, done, err := scan.Open(ctx, c.js, subject.StreamTasks, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject.Task(id)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
