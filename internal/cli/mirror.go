@@ -93,17 +93,8 @@ func mirrorLagCmd(g *globals) *cobra.Command {
 		Use:   "lag",
 		Short: "Show how far the audit mirror is behind AX_TASKS",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("ax-cli")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return fmt.Errorf("jetstream: %w", err)
-			}
-			l, err := mirror.ConsumerLag(cmd.Context(), js, time.Now())
+		RunE: g.withJetStream(func(ctx context.Context, js jetstream.JetStream, _ []string) error {
+			l, err := mirror.ConsumerLag(ctx, js, time.Now())
 			if err != nil {
 				return err
 			}
@@ -119,7 +110,7 @@ func mirrorLagCmd(g *globals) *cobra.Command {
 				fmt.Fprintln(w, "Status\tcaught up")
 			}
 			return w.Flush()
-		},
+		}),
 	}
 }
 

@@ -23,17 +23,8 @@ version's configuration, as an orchestrator does at start. Unlike an
 orchestrator, it may lower the replica count: --replicas N sets every stream
 to N replicas (0 keeps what they have).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("ax-topology")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return fmt.Errorf("jetstream: %w", err)
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+		RunE: g.withJetStream(func(ctx context.Context, js jetstream.JetStream, _ []string) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			if err := topology.Ensure(ctx, js, topology.Options{Replicas: replicas, AllowFewerReplicas: true}); err != nil {
 				return err
@@ -46,7 +37,7 @@ to N replicas (0 keeps what they have).`,
 				fmt.Fprintf(g.stdout, "%-14s replicas %d\n", cfg.Name, s.CachedInfo().Config.Replicas)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().IntVar(&replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
 	return cmd
