@@ -168,6 +168,28 @@ func (r *recorder) succeeded(id string, d time.Duration, at time.Time, delayed b
 	r.checkDone()
 }
 
+// serverURL returns url, or, when it is empty, the URL of an embedded server
+// started with its store in a new temporary directory named after pattern;
+// stop stops that server and removes the directory.
+func serverURL(url, pattern string, syncAlways bool) (_ string, stop func(), _ error) {
+	if url != "" {
+		return url, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", nil, err
+	}
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return srv.URL(), func() {
+		srv.Stop()
+		os.RemoveAll(dir)
+	}, nil
+}
+
 // Run executes the configured phases and returns their figures.
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	var res Result
@@ -178,20 +200,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 512
 	}
-	url := cfg.URL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "ax-bench-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(dir)
-		srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: cfg.SyncAlways})
-		if err != nil {
-			return res, err
-		}
-		defer srv.Stop()
-		url = srv.URL()
+	url, stop, err := serverURL(cfg.URL, "ax-bench-", cfg.SyncAlways)
+	if err != nil {
+		return res, err
 	}
+	defer stop()
 	var rec atomicRecorder
 	st, err := startStack(ctx, url, cfg.Capacity, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {

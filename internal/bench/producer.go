@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/mirror"
-	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/outbox"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -79,20 +77,11 @@ func Producer(ctx context.Context, cfg ProducerConfig) (ProducerResult, error) {
 	if cfg.OutboxRows <= 0 {
 		cfg.OutboxRows = 20_000
 	}
-	url := cfg.URL
-	if url == "" {
-		dir, err := os.MkdirTemp("", "ax-bench-producer-")
-		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(dir)
-		srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: cfg.SyncAlways})
-		if err != nil {
-			return res, err
-		}
-		defer srv.Stop()
-		url = srv.URL()
+	url, stop, err := serverURL(cfg.URL, "ax-bench-producer-", cfg.SyncAlways)
+	if err != nil {
+		return res, err
 	}
+	defer stop()
 	st, err := startStack(ctx, url, 512, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	})

@@ -5,12 +5,36 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/bench"
 )
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+// benchTarget returns what the bench commands' --embedded and --mysql-dsn
+// flags choose: the --nats server's URL (empty: an embedded server), the
+// logger and the MySQL DSN (default: env AX_MYSQL_DSN).
+func (g *globals) benchTarget(embedded bool, dsn string) (url string, log *zerolog.Logger, mysqlDSN string) {
+	if !embedded {
+		url = g.natsURL
+	}
+	l := g.logger()
+	return url, &l, mysqlDSNOrEnv(dsn)
+}
+
+// benchJSON reports whether a bench command is done after its run: when it
+// failed (with err) or its result res is printed as JSON.
+func (g *globals) benchJSON(res any, err error) (bool, error) {
+	if err != nil {
+		return true, err
+	}
+	if g.jsonOutput() {
+		return true, g.printJSON(res)
+	}
+	return false, nil
+}
 
 func benchCmd(g *globals) *cobra.Command {
 	var cfg bench.Config
@@ -27,18 +51,10 @@ NATS server (or --nats with --external) and measures two phases:
               submit→start (handler entered) and submit→succeeded (recorded).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !embedded {
-				cfg.URL = g.natsURL
-			}
-			log := g.logger()
-			cfg.Logger = &log
-			cfg.MySQLDSN = mysqlDSNOrEnv(dsn)
+			cfg.URL, cfg.Logger, cfg.MySQLDSN = g.benchTarget(embedded, dsn)
 			res, err := bench.Run(cmd.Context(), cfg)
-			if err != nil {
+			if done, err := g.benchJSON(res, err); done {
 				return err
-			}
-			if g.jsonOutput() {
-				return g.printJSON(res)
 			}
 			phases := res.Phases
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)

@@ -25,18 +25,10 @@ NATS server (or --nats with --embedded=false) and measures:
            transactions of 500, then published by one relay (rows/s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !embedded {
-				cfg.URL = g.natsURL
-			}
-			log := g.logger()
-			cfg.Logger = &log
-			cfg.MySQLDSN = mysqlDSNOrEnv(dsn)
+			cfg.URL, cfg.Logger, cfg.MySQLDSN = g.benchTarget(embedded, dsn)
 			res, err := bench.Producer(cmd.Context(), cfg)
-			if err != nil {
+			if done, err := g.benchJSON(res, err); done {
 				return err
-			}
-			if g.jsonOutput() {
-				return g.printJSON(res)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "Submit call\t%.0f ns mean, p50 %d ns, p99 %d ns, max %d ns\n", res.SubmitNs, res.SubmitP50Ns, res.SubmitP99Ns, res.SubmitMaxNs)

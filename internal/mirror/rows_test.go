@@ -236,19 +236,19 @@ func TestClip(t *testing.T) {
 }
 
 func TestMigrationsParse(t *testing.T) {
-	ms, err := loadMigrations()
+	ms, err := schema.Migrations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) == 0 || ms[0].version != 1 || len(ms[0].statements) != 3 {
+	if len(ms) == 0 || ms[0].Version != 1 || len(ms[0].Statements) != 3 {
 		t.Fatalf("migrations %+v", ms)
 	}
-	for _, s := range ms[0].statements {
+	for _, s := range ms[0].Statements {
 		if !strings.HasPrefix(s, "CREATE TABLE IF NOT EXISTS") || strings.HasSuffix(s, ";") {
 			t.Fatalf("statement %q", s)
 		}
 	}
-	if SchemaVersion() != ms[len(ms)-1].version {
+	if SchemaVersion() != ms[len(ms)-1].Version {
 		t.Fatal("SchemaVersion disagrees with the migrations")
 	}
 }
