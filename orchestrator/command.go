@@ -104,12 +104,13 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 				return nil, "", err
 			}
 		}
-		if t.State != task.Failed {
-			return nil, "", fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
-		}
 		switch {
 		case t.IsShard():
+			// Whatever its state: a shard's own end (failed, or cancelled
+			// by a sibling's failure) is its parent's to re-plan.
 			return nil, "", fmt.Errorf("%w: task %s is a shard of %s; shards run again only with their parent", errCommand, id, t.Parent)
+		case t.State != task.Failed:
+			return nil, "", fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
 		case t.Phase == task.PhaseShards:
 			return nil, "", fmt.Errorf("%w: task %s failed in its shard phase (%s); submit it again under a new id to re-plan", errCommand, id, t.Reason)
 		}
