@@ -183,13 +183,18 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 }
 
 // dispatch publishes a ready task to its capability and priority subject,
-// de-duplicated by execution id. Its timers are armed first: once the
-// dispatch is out the task may end at once, and its end cancels them — a
-// timer armed after that would outlive the task.
+// de-duplicated by execution id, then arms its timers. The dispatch goes out
+// first, so a task starts one round trip sooner; a task that ends before
+// its watch is armed leaves a stray watch, which finds it ended and only
+// re-ensures its (idempotent) effects.
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
 	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev})
 	if err != nil {
 		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
+	}
+	o.dispatched.add(dispatched{task: t, revision: rev})
+	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.Priority), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
+		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
 	if err := o.armWatch(ctx, t); err != nil {
 		return err
@@ -199,13 +204,7 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		if t.ReadyAt != nil {
 			at = t.ReadyAt.Add(t.DispatchTimeout.Std())
 		}
-		if err := o.armTimer(ctx, subject.TimerDispatch, timerFire{ID: t.ID, ExecutionID: t.ExecutionID, At: at}); err != nil {
-			return err
-		}
-	}
-	o.dispatched.add(dispatched{task: t, revision: rev})
-	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.Priority), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
-		return fmt.Errorf("dispatch %s: %w", t.ID, err)
+		return o.armTimer(ctx, subject.TimerDispatch, timerFire{ID: t.ID, ExecutionID: t.ExecutionID, At: at})
 	}
 	return nil
 }

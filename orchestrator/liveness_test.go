@@ -286,7 +286,13 @@ func TestReadyTaskWithoutDispatchIsRedispatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(subject.Ready("late-executor", s.Priority))); err != nil {
+	// Its dispatch is stored (the state is written first), then lost.
+	readySubject := subject.Ready("late-executor", s.Priority)
+	testenv.Eventually(t, 20*time.Second, "the dispatch stored", func() bool {
+		info, err := ready.Info(ctx, jetstream.WithSubjectFilter(readySubject))
+		return err == nil && info.State.Subjects[readySubject] == 1
+	})
+	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(readySubject)); err != nil {
 		t.Fatal(err)
 	}
 	ex := okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"late-executor"}})
@@ -310,6 +316,9 @@ func TestHealthyRunHasNoRepairs(t *testing.T) {
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
 	cfg := fastReconcile
+	// Looks at tasks standing still for a second: a healthy run's tasks
+	// move sooner, even on a loaded machine with the race detector.
+	cfg.ReconcileInterval = time.Second
 	cfg.Metrics = reg
 	cfg.Retry = fastRetry
 	cfg.Breaker.Threshold = 1 // every task fails once: not a storm

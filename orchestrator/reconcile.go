@@ -93,6 +93,9 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 	case task.Running:
 		return o.watchRunning(ctx, t)
 	case task.Ready:
+		if now.Sub(*readyAt(t)) < o.cfg.RunGrace {
+			return o.armWatch(ctx, t) // its dispatch may still be on its way
+		}
 		present, err := o.dispatchPresent(ctx, t)
 		if err != nil || present {
 			if err != nil {
