@@ -183,10 +183,12 @@ func TestDispatchTimeout(t *testing.T) {
 		t.Fatalf("dead letters %+v", dls)
 	}
 
-	// An executor that appears after the first timeout runs the re-dispatch.
+	// An executor that appears after the first timeout runs a re-dispatch.
+	// Enough dispatches that its start-up never races the last one.
 	s2 := newSpec("late-executor", "ok")
 	s2.Capability = "fpga"
 	s2.DispatchTimeout = task.Duration(500 * time.Millisecond)
+	s2.MaxDispatches = 100
 	if _, err := c.Submit(ctx, s2); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +198,7 @@ func TestDispatchTimeout(t *testing.T) {
 	})
 	testenv.Start(t, okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"fpga"}}))
 	got, err = c.Wait(ctx, "late-executor")
-	if err != nil || got.State != task.Succeeded || got.Attempt != 1 {
+	if err != nil || got.State != task.Succeeded || got.Attempt != 1 || got.Dispatches < 2 {
 		t.Fatalf("%+v %v", got, err)
 	}
 }
