@@ -183,7 +183,13 @@ func TestIdleExecutorDoesNotPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	time.Sleep(500 * time.Millisecond) // settle: the first empty rounds arm the doorbell
+	// Settle: the first empty rounds (slow under the race detector on a
+	// loaded machine) arm the doorbell; wait for a quiet half second.
+	testenv.Eventually(t, 30*time.Second, "the executor idle", func() bool {
+		pulls.Store(0)
+		time.Sleep(500 * time.Millisecond)
+		return pulls.Load() == 0
+	})
 	pulls.Store(0)
 	time.Sleep(2 * time.Second)
 	if n := pulls.Load(); n != 0 {
