@@ -316,9 +316,14 @@ func TestHealthyRunHasNoRepairs(t *testing.T) {
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
 	cfg := fastReconcile
-	// Looks at tasks standing still for a second: a healthy run's tasks
-	// move sooner, even on a loaded machine with the race detector.
-	cfg.ReconcileInterval = time.Second
+	// Looks at tasks standing still for 3 s, with a 10 s grace for late
+	// timers: a healthy run's tasks move sooner, even on a loaded machine
+	// with the race detector. (A look that coincides with the normal
+	// release of a waiting task — a window of milliseconds — would count
+	// as a repair: the metric can be off by such coincidences, never miss
+	// a stuck task.)
+	cfg.ReconcileInterval = 3 * time.Second
+	cfg.RunGrace = 10 * time.Second
 	cfg.Metrics = reg
 	cfg.Retry = fastRetry
 	cfg.Breaker.Threshold = 1 // every task fails once: not a storm
@@ -348,12 +353,14 @@ func TestHealthyRunHasNoRepairs(t *testing.T) {
 	if got, err := c.Wait(ctx, "h-19"); err != nil || got.State != task.Succeeded {
 		t.Fatalf("h-19: %s %v", got.State, err)
 	}
-	total := 0.0
+	repaired := map[string]float64{}
 	for _, r := range []string{"lease_expired", "ready_not_dispatched", "waiting_resolved", "shards_ended", "retry_overdue"} {
-		total += metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": r})
+		if n := metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": r}); n > 0 {
+			repaired[r] = n
+		}
 	}
-	if total != 0 {
-		t.Fatalf("%v repairs in a healthy run", total)
+	if len(repaired) > 0 {
+		t.Fatalf("repairs in a healthy run: %v", repaired)
 	}
 }
 
