@@ -29,6 +29,38 @@ import (
 // fastReconcile makes the reconciler look at stalled tasks within a second.
 var fastReconcile = orchestrator.Config{ReconcileInterval: 200 * time.Millisecond, ReconcileMaxInterval: time.Second, RunGrace: 2 * time.Second}
 
+// reconciling starts a server and an orchestrator whose reconciler looks
+// within a second (fastReconcile), with its metrics on the returned
+// registry, and a client.
+func reconciling(t *testing.T) (*natsserver.Server, *prometheus.Registry, *sdk.Client) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	reg := prometheus.NewRegistry()
+	cfg := fastReconcile
+	cfg.Metrics = reg
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	return srv, reg, testenv.Client(t, srv.URL())
+}
+
+// loseDispatch waits until a dispatch on a capability and priority is
+// stored (a task's state is written before its dispatch), then removes it.
+func loseDispatch(t *testing.T, ctx context.Context, c *sdk.Client, capability string, prio int) {
+	t.Helper()
+	js, _ := jetstream.New(c.Conn())
+	ready, err := js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subject.Ready(capability, prio)
+	testenv.Eventually(t, 20*time.Second, "the dispatch stored", func() bool {
+		info, err := ready.Info(ctx, jetstream.WithSubjectFilter(subj))
+		return err == nil && info.State.Subjects[subj] == 1
+	})
+	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestChainSubmittedLinkByLink: each link's submission is acknowledged
 // before the next is published, and handled concurrently with it: a link
 // whose upstream is not created yet waits for it instead of being rejected.
@@ -205,12 +237,7 @@ func TestStrayCancelSignal(t *testing.T) {
 // expired" past start + timeout + grace, and the retry policy applies.
 func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	reg := prometheus.NewRegistry()
-	cfg := fastReconcile
-	cfg.Metrics = reg
-	testenv.Orchestrator(t, srv.URL(), cfg)
-	c := testenv.Client(t, srv.URL())
+	_, reg, c := reconciling(t)
 	ctx := testenv.Context(t, time.Minute)
 	s := newSpec("lost", "ok")
 	s.Capability = "vanishing"
@@ -237,13 +264,7 @@ func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
 	if _, err := st.Write(ctx, task.Event{Kind: task.KindTransition, From: task.Ready, To: task.Running, At: next.UpdatedAt, Actor: "vanished-executor", Task: next}, rev); err != nil {
 		t.Fatal(err)
 	}
-	ready, err := js.Stream(ctx, subject.StreamReady)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(subject.Ready("vanishing", s.Priority))); err != nil {
-		t.Fatal(err)
-	}
+	loseDispatch(t, ctx, c, "vanishing", s.Priority)
 	got, err := c.Wait(ctx, "lost")
 	if err != nil || got.State != task.Failed {
 		t.Fatalf("lost: %s %v", got.State, err)
@@ -260,12 +281,7 @@ func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
 // was lost is dispatched again under a new execution id.
 func TestReadyTaskWithoutDispatchIsRedispatched(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	reg := prometheus.NewRegistry()
-	cfg := fastReconcile
-	cfg.Metrics = reg
-	testenv.Orchestrator(t, srv.URL(), cfg)
-	c := testenv.Client(t, srv.URL())
+	srv, reg, c := reconciling(t)
 	ctx := testenv.Context(t, time.Minute)
 	s := newSpec("undispatched", "ok")
 	s.Capability = "late-executor"
@@ -281,20 +297,7 @@ func TestReadyTaskWithoutDispatchIsRedispatched(t *testing.T) {
 		first = got.ExecutionID
 		return got.State == task.Ready
 	})
-	js, _ := jetstream.New(c.Conn())
-	ready, err := js.Stream(ctx, subject.StreamReady)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Its dispatch is stored (the state is written first), then lost.
-	readySubject := subject.Ready("late-executor", s.Priority)
-	testenv.Eventually(t, 20*time.Second, "the dispatch stored", func() bool {
-		info, err := ready.Info(ctx, jetstream.WithSubjectFilter(readySubject))
-		return err == nil && info.State.Subjects[readySubject] == 1
-	})
-	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(readySubject)); err != nil {
-		t.Fatal(err)
-	}
+	loseDispatch(t, ctx, c, "late-executor", s.Priority)
 	ex := okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"late-executor"}})
 	testenv.Start(t, ex)
 	got, err := c.Wait(ctx, "undispatched")
