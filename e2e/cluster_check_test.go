@@ -310,6 +310,9 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 	if err != nil {
 		return nil, err
 	}
+	// AX_DLQ keeps one message per task: count each stream sequence once
+	// (an ordered consumer that resets after a hiccup may deliver one again).
+	seqs := make(map[uint64]bool)
 	for seen := uint64(0); seen < info.State.Msgs; {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -318,6 +321,14 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 		n := 0
 		for msg := range batch.Messages() {
 			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			if seqs[md.Sequence.Stream] {
+				continue
+			}
+			seqs[md.Sequence.Stream] = true
 			seen++
 			var dl task.DeadLetter
 			if err := json.Unmarshal(msg.Data(), &dl); err != nil {
