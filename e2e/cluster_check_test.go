@@ -313,7 +313,7 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 	// AX_DLQ keeps one message per task: count each stream sequence once
 	// (an ordered consumer that resets after a hiccup may deliver one again).
 	seqs := make(map[uint64]bool)
-	for seen := uint64(0); seen < info.State.Msgs; {
+	for last := uint64(0); last < info.State.LastSeq; {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return nil, err
@@ -325,11 +325,11 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 			if err != nil {
 				return nil, err
 			}
+			last = max(last, md.Sequence.Stream)
 			if seqs[md.Sequence.Stream] {
 				continue
 			}
 			seqs[md.Sequence.Stream] = true
-			seen++
 			var dl task.DeadLetter
 			if err := json.Unmarshal(msg.Data(), &dl); err != nil {
 				return nil, fmt.Errorf("decode dead letter %s: %w", msg.Subject(), err)
@@ -340,7 +340,7 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 			return nil, err
 		}
 		if n == 0 {
-			return nil, fmt.Errorf("reading dead letters stalled at %d of %d", seen, info.State.Msgs)
+			return nil, fmt.Errorf("reading dead letters stalled at sequence %d of %d", last, info.State.LastSeq)
 		}
 	}
 	return out, nil
