@@ -137,7 +137,7 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 
 // endedFanIn is the fan-in side of a task's end: a shard reports to its
 // parent; a sharded parent that did not succeed cancels its unfinished
-// shards; a fan-in waiter's counting consumer is removed.
+// shards; a fan-in waiter's counter is removed.
 func (o *Orchestrator) endedFanIn(ctx context.Context, t task.Task) error {
 	if t.IsShard() {
 		if err := o.shardEnded(ctx, t); err != nil {
@@ -169,9 +169,6 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 	}
 	if t.DispatchTimeout > 0 {
 		kinds = append(kinds, subject.TimerDispatch)
-	}
-	if t.Sharding != nil || len(t.DependsOn) > task.WideFanIn {
-		kinds = append(kinds, subject.TimerFanIn)
 	}
 	kinds = append(kinds, subject.TimerWatch)
 	for _, k := range kinds {
@@ -388,38 +385,49 @@ func (o *Orchestrator) transitionFrom(ctx context.Context, t task.Task, rev uint
 }
 
 // countUpstreams marks upstreams of a wide fan-in waiter as succeeded and
-// reports whether all its upstreams are now counted.
+// reports whether all its upstreams may now be counted (a hint the caller
+// confirms by reading them: see package fanin).
 func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, upstreams ...string) (all bool, err error) {
+	n := 0
 	for _, up := range upstreams {
-		if err := o.fanin.Mark(ctx, waiter.ID, up, task.MemberOutcome{ID: up, State: task.Succeeded}); err != nil {
+		if n, err = o.fanin.Mark(ctx, waiter.ID, up, task.MemberOutcome{ID: up, State: task.Succeeded}); err != nil {
 			return false, err
 		}
 	}
-	n, err := o.fanin.Count(ctx, waiter.ID)
-	if err != nil {
-		return false, err
+	if len(upstreams) == 0 {
+		if n, err = o.fanin.Count(ctx, waiter.ID); err != nil {
+			return false, err
+		}
 	}
-	if n < len(waiter.DependsOn) {
-		return false, o.fanInIncomplete(ctx, waiter.ID, n, len(waiter.DependsOn), false)
-	}
-	return true, nil
+	return n >= len(waiter.DependsOn), nil
 }
 
-// registerDependent adds child to up's dependents (once) and returns up's
-// state at that moment.
+// registerDependent records that child depends on up and returns up's
+// state at that moment. The edge is written first; then, unless up's record
+// already says it has dependents, that flag is set with a compare-and-set on
+// up's subject. up's own end is a compare-and-set on the same subject and
+// lists its edges after it, so either the end's record carries the flag and
+// its listing finds this edge, or the flag's write conflicts with the end
+// and the re-read here sees up ended: the child is never forgotten. The
+// record is written once per upstream, not once per dependent.
 func (o *Orchestrator) registerDependent(ctx context.Context, up, child string) (task.State, error) {
+	// The edge first: once up's record says it has dependents, its end
+	// lists the edges, and must find this one.
+	if err := o.edges.Add(ctx, up, child); err != nil {
+		return "", err
+	}
 	for range maxCASRetries {
 		t, rev, err := o.store.Get(ctx, up)
 		if err != nil {
 			return "", err
 		}
-		if slices.Contains(t.Dependents, child) {
+		if t.HasDependents || t.State.Terminal() || slices.Contains(t.Dependents, child) {
 			return t.State, nil
 		}
-		t.Dependents = append(t.Dependents, child)
+		t.HasDependents = true
 		t.UpdatedAt = o.now()
 		ev := task.Event{Kind: task.KindDependentAdded, From: t.State, To: t.State, At: t.UpdatedAt,
-			Actor: o.cfg.NodeID, Reason: "dependent " + child + " added", Task: t}
+			Actor: o.cfg.NodeID, Reason: "has dependents (first: " + child + ")", Task: t}
 		_, err = o.store.Write(ctx, ev, rev)
 		if err == nil {
 			return t.State, nil
@@ -431,9 +439,31 @@ func (o *Orchestrator) registerDependent(ctx context.Context, up, child string) 
 	return "", fmt.Errorf("register dependent %s on %s: too many concurrent changes", child, up)
 }
 
+// dependentsOf lists the tasks that depend on t: its edges, and the list a
+// record written by an earlier version may carry.
+func (o *Orchestrator) dependentsOf(ctx context.Context, t task.Task) ([]string, error) {
+	if !t.HasDependents {
+		return t.Dependents, nil
+	}
+	ids, err := o.edges.Dependents(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range t.Dependents {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
 // releaseDependents re-evaluates the waiting dependents of a succeeded task.
 func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error {
-	for _, id := range t.Dependents {
+	ids, err := o.dependentsOf(ctx, t)
+	if err != nil {
+		return fmt.Errorf("release dependents of %s: %w", t.ID, err)
+	}
+	for _, id := range ids {
 		child, rev, err := o.store.Get(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
 			// Listed by its graph but not created yet (the graph's creation
@@ -475,7 +505,11 @@ func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error
 // through again (its own effects were, or will be, ensured by its own
 // message or its watch).
 func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error {
-	for _, id := range t.Dependents {
+	ids, err := o.dependentsOf(ctx, t)
+	if err != nil {
+		return fmt.Errorf("cancel dependents of %s: %w", t.ID, err)
+	}
+	for _, id := range ids {
 		if err := o.cancelBecauseUpstream(ctx, id, t); err != nil {
 			return err
 		}

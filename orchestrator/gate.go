@@ -175,6 +175,53 @@ func (g *gate) dueHalfOpen(now time.Time) map[string]breaker.State {
 	return due
 }
 
+// evictIdle forgets the breakers of types that are closed and recorded no
+// outcome in the breaker's window: a new breaker would decide the same, and
+// task types are chosen by submitters, so the map must not grow with every
+// type ever seen. It returns the control keys of evicted breakers that were
+// shared (closed), with their revisions, for the caller to delete.
+func (g *gate) evictIdle(now time.Time) map[string]uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	keys := map[string]uint64{}
+	for typ, b := range g.breakers {
+		snap := b.Snapshot(now)
+		if snap.State != breaker.Closed || snap.Volume > 0 {
+			continue
+		}
+		if st, ok := g.shared[typ]; ok && st != breaker.Closed {
+			continue
+		}
+		delete(g.breakers, typ)
+		delete(g.shared, typ)
+		delete(g.sharedSince, typ)
+		key := subject.ControlBreaker(typ)
+		if rev := g.revs[key]; rev > 0 {
+			keys[key] = rev
+		}
+	}
+	return keys
+}
+
+// evictIdleBreakers drops idle closed breakers, here and in the control
+// bucket (a delete checked against the revision seen, so a breaker another
+// orchestrator just changed stays).
+func (o *Orchestrator) evictIdleBreakers(ctx context.Context) {
+	for key, rev := range o.gate.evictIdle(o.now()) {
+		err := o.control.Delete(ctx, key, jetstream.LastRevision(rev))
+		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			o.log.Debug().Err(err).Str("key", key).Msg("idle breaker not removed from the control bucket")
+		}
+	}
+	o.metrics.Breakers.Set(float64(o.gate.breakerCount()))
+}
+
+func (g *gate) breakerCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.breakers)
+}
+
 // watchControl keeps the gate current until ctx ends. If the initial values
 // do not arrive, the watch is stopped and an error returned (to retry).
 func (o *Orchestrator) watchControl(ctx context.Context) error {
@@ -224,10 +271,15 @@ func (o *Orchestrator) breakerLoop(ctx context.Context) {
 	defer o.bg.Done()
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
+	evict := time.NewTicker(max(o.gate.cfg.Window, time.Second))
+	defer evict.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-evict.C:
+			o.evictIdleBreakers(ctx)
+			continue
 		case <-t.C:
 		}
 		for typ, from := range o.gate.dueHalfOpen(o.now()) {

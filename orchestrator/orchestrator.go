@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
@@ -33,6 +34,8 @@ type Orchestrator struct {
 	store *store.Store
 	// fanin counts how shards and wide fan-in upstreams ended.
 	fanin *fanin.Markers
+	// edges holds the dependency edges (who depends on whom).
+	edges *edges.Edges
 	// objects holds shard plans and large results.
 	objects jetstream.ObjectStore
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
@@ -191,6 +194,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	o.store = st
 	if o.fanin, err = fanin.New(ctx, o.js); err != nil {
+		return err
+	}
+	if o.edges, err = edges.New(ctx, o.js); err != nil {
 		return err
 	}
 	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {

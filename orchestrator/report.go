@@ -108,7 +108,7 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("attempt %d succeeded", t.Attempt)
 	}
-	t.Errors = append(t.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: r.Error, At: now})
+	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: r.Error, At: now})
 	switch {
 	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
 		t.State = task.Expired

@@ -11,8 +11,8 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// History retention (Topology.TaskHistoryMaxAge): a finished task's history
-// and fan-in markers are removed by its own forget timer, armed when it
+// History retention (Topology.TaskHistoryMaxAge): a finished task's history,
+// fan-in markers and edges to its dependents are removed by its own forget timer, armed when it
 // ends, once it has been finished for the max age. A stream-wide max age
 // would also remove the last event of a task still waiting or delayed —
 // its state — so unfinished tasks are never touched.
@@ -53,6 +53,9 @@ func (o *Orchestrator) fireForget(ctx context.Context, f timerFire) error {
 	}
 	if err := fanin.Purge(ctx, jetstream.WithPurgeSubject(subject.FanInWaiter(t.ID))); err != nil {
 		return fmt.Errorf("forget fan-in markers of %s: %w", t.ID, err)
+	}
+	if t.HasDependents {
+		return o.edges.Forget(ctx, t.ID)
 	}
 	return nil
 }

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -53,7 +51,7 @@ func (o *Orchestrator) planned(t task.Task, r task.Report) (task.Task, string) {
 // plannerFailed fails a shardable task whose planner's outcome is unusable.
 func (o *Orchestrator) plannerFailed(t task.Task, r task.Report, why string) (task.Task, string) {
 	now := o.now()
-	t.Errors = append(t.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: why, At: now})
+	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: why, At: now})
 	t.State = task.Failed
 	t.FinishedAt = &now
 	return t, "plan rejected: " + why
@@ -77,7 +75,7 @@ func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error
 		}
 		parent = cur
 	}
-	return o.checkFanIn(ctx, parent, "", false)
+	return o.checkFanIn(ctx, parent, "", countMarkers)
 }
 
 // registerShards creates every shard of the parent's plan; existing ones
@@ -194,7 +192,7 @@ func (o *Orchestrator) markRegistered(ctx context.Context, id string) (task.Task
 // shardEnded is the effect of a shard reaching a final state: its fan-in
 // marker, the release of the next parked shard, and the parent's progress.
 func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
-	out, err := o.markShard(ctx, t)
+	out, count, err := o.markShard(ctx, t)
 	if err != nil {
 		return err
 	}
@@ -218,11 +216,12 @@ func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
 	if t.State != task.Succeeded && parent.MinShardSuccess == 0 {
 		return o.failParent(ctx, parent.ID, t.ID, fmt.Sprintf("shard %s is %s: %s", t.ID, t.State, out.Error))
 	}
-	return o.checkFanIn(ctx, parent, t.ID, false)
+	return o.checkFanIn(ctx, parent, t.ID, count)
 }
 
-// markShard writes a finished shard's fan-in marker (once).
-func (o *Orchestrator) markShard(ctx context.Context, t task.Task) (task.MemberOutcome, error) {
+// markShard writes a finished shard's fan-in marker (once) and returns its
+// parent's count of ended shards after it.
+func (o *Orchestrator) markShard(ctx context.Context, t task.Task) (task.MemberOutcome, int, error) {
 	out := task.MemberOutcome{Index: t.ShardIndex, ID: t.ID, State: t.State, Result: t.Result, ResultObject: t.ResultObject}
 	if t.State != task.Succeeded {
 		out.Error = t.Reason
@@ -230,7 +229,8 @@ func (o *Orchestrator) markShard(ctx context.Context, t task.Task) (task.MemberO
 			out.Error = t.Errors[n-1].Error
 		}
 	}
-	return out, o.fanin.Mark(ctx, t.Parent, strconv.Itoa(t.ShardIndex), out)
+	n, err := o.fanin.Mark(ctx, t.Parent, strconv.Itoa(t.ShardIndex), out)
+	return out, n, err
 }
 
 // checkSlot is the effect of a parked shard: it is released if the shard
@@ -283,28 +283,32 @@ func (o *Orchestrator) releaseSlot(ctx context.Context, id string) error {
 	return fmt.Errorf("release shard %s: too many concurrent changes", id)
 }
 
+// countMarkers, as checkFanIn's count, asks it to count the markers.
+const countMarkers = -1
+
 // checkFanIn moves a parent on once every shard ended: to its aggregator,
 // or straight to succeeded without one, or to failed when too few shards
 // succeeded.
 // parent is a record read after the end being applied (the move itself is
 // a compare-and-set on a fresh read); by names the shard whose end is being
-// applied ("" from registration or a re-count). exact counts the markers
-// one by one instead of reading the counting consumer (see fanIncomplete).
-func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by string, exact bool) error {
+// applied ("" from registration or the reconciler). count is the parent's
+// counter after that end, or countMarkers: the markers are then counted one
+// by one, as they are to confirm a counter that reached the total (see
+// package fanin).
+func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by string, count int) error {
 	if parent.State != task.Waiting || parent.Phase != task.PhaseShards {
 		return nil
 	}
 	id := parent.ID
-	count := o.fanin.Count
-	if exact {
-		count = o.fanin.CountExact
+	if count == countMarkers || count >= parent.Sharding.Shards {
+		n, err := o.fanin.CountExact(ctx, id)
+		if err != nil {
+			return err
+		}
+		count = n
 	}
-	done, err := count(ctx, id)
-	if err != nil {
-		return err
-	}
-	if done < parent.Sharding.Shards {
-		return o.fanInIncomplete(ctx, id, done, parent.Sharding.Shards, exact)
+	if count < parent.Sharding.Shards {
+		return nil // the last shard's end moves it on (or the reconciler)
 	}
 	succeeded, err := o.fanin.CountState(ctx, id, task.Succeeded)
 	if err != nil {
@@ -363,7 +367,7 @@ func endedBy(t task.Task, shard string) task.Task {
 // failedWith returns t failed for a reason that is not an attempt's error.
 func (o *Orchestrator) failedWith(t task.Task, why string) *task.Task {
 	next := o.finished(t, task.Failed)
-	next.Errors = append(slices.Clone(t.Errors), task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: why, At: *next.FinishedAt})
+	next.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: why, At: *next.FinishedAt})
 	return next
 }
 
@@ -388,7 +392,7 @@ func (o *Orchestrator) cancelShards(ctx context.Context, parent task.Task) error
 			if err == nil && ended {
 				// Ended earlier (or cancelled by a sweep a crash cut short):
 				// make sure its marker exists so the counts add up.
-				_, err = o.markShard(gctx, t)
+				_, _, err = o.markShard(gctx, t)
 			}
 			return err
 		})
@@ -399,61 +403,23 @@ func (o *Orchestrator) cancelShards(ctx context.Context, parent task.Task) error
 	return nil
 }
 
-// Re-counting a fan-in: the fast count may read a member short (see
-// fanin.Markers.Count), so when a fan-in looks nearly complete, or a
-// re-count finds it still open, a durable timer re-counts exactly a little
-// later. The timer is one schedule per waiter: each arming replaces the
-// last, so a burst of completions costs one re-count.
-const (
-	// fanInRecountWindow: a fast count this close to the total arms a re-count.
-	fanInRecountWindow = 1024
-	fanInRecountAfter  = time.Second
-	// fanInRecountIdle: while a re-count finds members unfinished, the
-	// next one follows this much later (a safety net; completions near
-	// the end re-arm it sooner).
-	fanInRecountIdle = 10 * time.Second
-)
-
-// fanInIncomplete arms the re-count of a waiter whose count is done of total.
-func (o *Orchestrator) fanInIncomplete(ctx context.Context, waiter string, done, total int, exact bool) error {
-	after := fanInRecountAfter
-	switch {
-	case exact:
-		after = fanInRecountIdle
-	case done < total-fanInRecountWindow:
-		return nil
-	}
-	return o.armTimer(ctx, subject.TimerFanIn, timerFire{ID: waiter, At: o.now().Add(after)})
-}
-
-// fireFanIn re-counts a fan-in exactly: a sharded parent moves on if every
-// shard ended; a wide fan-in task is released if every upstream succeeded.
-// A parent that already moved on has the effects of its move ensured (a
-// crash may have cut them).
+// fireFanIn is a re-count timer armed by versions that counted fan-ins
+// with a consumer per waiter; none is armed now. It counts the markers: a
+// sharded parent moves on if every shard ended; a wide fan-in task is
+// released if every upstream succeeded. A parent that already moved on has
+// the effects of its move ensured.
 func (o *Orchestrator) fireFanIn(ctx context.Context, f timerFire) error {
 	t, rev, err := o.store.Get(ctx, f.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
 	if err != nil {
-		return err
+		return ignoreNotFound(err)
 	}
 	switch {
 	case t.Sharding != nil && t.State == task.Waiting && t.Phase == task.PhaseShards:
-		return o.checkFanIn(ctx, t, "", true)
+		return o.checkFanIn(ctx, t, "", countMarkers)
 	case t.Sharding != nil:
 		return o.ensureEffects(ctx, t, rev)
 	case t.State == task.Waiting && len(t.DependsOn) > task.WideFanIn:
-		if err := o.resolveWaiting(ctx, t, rev, false); err != nil {
-			return err
-		}
-		if cur, _, err := o.store.Get(ctx, f.ID); err == nil && cur.State == task.Waiting {
-			n, err := o.fanin.CountExact(ctx, f.ID)
-			if err != nil {
-				return err
-			}
-			return o.fanInIncomplete(ctx, f.ID, n, len(cur.DependsOn), true)
-		}
+		return o.resolveWaiting(ctx, t, rev, false)
 	}
 	return nil
 }

@@ -633,7 +633,7 @@ func TestFanInRecountMovesStuckParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if err := markers.Mark(ctx, "stuck", fmt.Sprint(i), task.MemberOutcome{Index: i, ID: task.ShardID("stuck", i), State: task.Succeeded}); err != nil {
+		if _, err := markers.Mark(ctx, "stuck", fmt.Sprint(i), task.MemberOutcome{Index: i, ID: task.ShardID("stuck", i), State: task.Succeeded}); err != nil {
 			t.Fatal(err)
 		}
 	}

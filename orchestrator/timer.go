@@ -205,7 +205,7 @@ func (o *Orchestrator) fireDispatch(ctx context.Context, f timerFire) error {
 		}
 		next := o.finished(t, task.Failed)
 		reason := fmt.Sprintf("not started after %d dispatches of %s each: no executor took capability %q", t.Dispatches, t.DispatchTimeout.Std(), t.Capability)
-		next.Errors = append(next.Errors, task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: *next.FinishedAt})
+		next.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: *next.FinishedAt})
 		return next, reason, nil
 	})
 	return ignoreNotFound(err)

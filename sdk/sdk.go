@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/internal/scan"
+	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -197,11 +198,17 @@ func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, 
 	return ids, nil
 }
 
-// Get returns a task's current record. A submission that was refused gives
-// a *RejectedError; an unknown id ErrNotFound.
+// Get returns a task's current record, with its Dependents listed. A
+// submission that was refused gives a *RejectedError; an unknown id
+// ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (*task.Task, error) {
 	t, _, err := c.store.Get(ctx, id)
 	if err == nil {
+		if t.HasDependents {
+			if t.Dependents, err = c.Dependents(ctx, id); err != nil {
+				return nil, err
+			}
+		}
 		return &t, nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
@@ -213,6 +220,15 @@ func (c *Client) Get(ctx context.Context, id string) (*task.Task, error) {
 		return nil, &RejectedError{*rej}
 	}
 	return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
+// Dependents lists the tasks that list id in their depends_on, sorted.
+func (c *Client) Dependents(ctx context.Context, id string) ([]string, error) {
+	e, err := edges.New(ctx, c.js)
+	if err != nil {
+		return nil, err
+	}
+	return e.Dependents(ctx, id)
 }
 
 func (c *Client) rejection(ctx context.Context, id string) (*task.Rejection, error) {

@@ -24,9 +24,17 @@ type Task struct {
 	ExecutionID string `json:"execution_id,omitempty"`
 	// Executor is the executor that claimed the current execution.
 	Executor string `json:"executor,omitempty"`
-	// Dependents are the tasks that listed this one in depends_on.
+	// HasDependents says some task listed this one in depends_on. The
+	// dependents themselves are edges outside the record (the AX_EDGES
+	// stream), so the record's size does not grow with its fan-out.
+	HasDependents bool `json:"has_dependents,omitempty"`
+	// Dependents lists the tasks that depend on this one in a record read
+	// through sdk.Client.Get, which fills it from the edges. The
+	// orchestrator never stores it (records stored before edges moved out of
+	// them may still carry it, and are honoured).
 	Dependents []string `json:"dependents,omitempty"`
-	// Errors holds every failed attempt of the current series.
+	// Errors holds the last KeepAttempts failed attempts of the current
+	// series (the task's events hold every one).
 	Errors []AttemptError `json:"errors,omitempty"`
 	// Result is the handler's result once succeeded.
 	Result json.RawMessage `json:"result,omitempty"`
@@ -68,6 +76,21 @@ type Task struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 }
 
+// KeepAttempts is how many failed attempts a record keeps: enough to see
+// what went wrong lately, while the record stays the same size however
+// often a task is retried. Each failure's event keeps its error.
+const KeepAttempts = 5
+
+// AddError records a failed attempt, keeping the last KeepAttempts.
+func (t *Task) AddError(e AttemptError) {
+	e.Error = TruncateError(e.Error)
+	errs := append(t.Errors[:len(t.Errors):len(t.Errors)], e) // never shares a caller's array
+	if n := len(errs); n > KeepAttempts {
+		errs = errs[n-KeepAttempts:]
+	}
+	t.Errors = errs
+}
+
 // AttemptError records one failed attempt.
 type AttemptError struct {
 	Attempt     int       `json:"attempt"`
@@ -83,7 +106,8 @@ type EventKind string
 const (
 	// KindTransition is a state change (from → to).
 	KindTransition EventKind = "transition"
-	// KindDependentAdded records a new dependent; the state does not change.
+	// KindDependentAdded records that the task has dependents (once; the
+	// edges themselves are in AX_EDGES); the state does not change.
 	KindDependentAdded EventKind = "dependent_added"
 	// KindShardsRegistered records that every shard of a sharded task exists.
 	KindShardsRegistered EventKind = "shards_registered"

@@ -70,7 +70,9 @@ func (t Task) IsShard() bool { return t.ParentID != "" }
 const taskColumns = `id, type, state, priority, capability, attempt, max_retries, redrives,
   COALESCE(reason,''), COALESCE(last_error,''), COALESCE(executor,''), COALESCE(execution_id,''),
   submitted_at, ready_at, started_at, finished_at, retry_at, start_at, expires_at, dispatches, updated_at, state_since,
-  depends_on, dependents, COALESCE(parent_id,''), COALESCE(shard_id,''), last_seq`
+  depends_on,
+  COALESCE((SELECT JSON_ARRAYAGG(e.dependent_id) FROM ax_edges e WHERE e.upstream_id = ax_tasks.id), dependents),
+  COALESCE(parent_id,''), COALESCE(shard_id,''), last_seq`
 
 type scanner interface{ Scan(dest ...any) error }
 

@@ -3,11 +3,19 @@
 //
 // Each member that ends writes one marker, ax.fanin.<waiter>.<member>.<state>,
 // created with an expected last sequence of 0 on ax.fanin.<waiter>.<member>.*
-// so a replay never writes a second one. A durable consumer per waiter, which
-// nobody pulls from, filters ax.fanin.<waiter>.*.*: the server keeps its
-// pending count up to date as markers arrive, so "how many members ended?"
-// is one consumer-info request whatever the fan-in's width, and completing a
-// member never reads its siblings. Reading every outcome (for an aggregator)
+// so a replay never writes a second one, then adds 1 to the waiter's counter
+// ax.count.<waiter> (a JetStream counter in AX_COUNTS, de-duplicated by
+// member with Nats-Msg-Id). The increment's acknowledgement carries the new
+// count, so "how many members ended?" costs nothing extra whatever the
+// fan-in's width: no consumer per waiter, no polling, and completing a
+// member never reads its siblings.
+//
+// The counter is a hint. A member counted again after the de-duplication
+// window (a crash between increment and acknowledgement, then a late
+// replay) counts twice, and a crash between marker and increment counts it
+// late (on its replay); so a count that reaches the total is confirmed
+// against the markers (CountExact), and the reconciler's look at a waiting
+// waiter counts the markers too. Reading every outcome (for an aggregator)
 // is one pass over the waiter's markers.
 package fanin
 
@@ -17,8 +25,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/scan"
@@ -27,34 +37,56 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// Markers writes and counts fan-in markers in the AX_FANIN stream.
+// Markers writes and counts fan-in markers in the AX_FANIN stream, and
+// their counters in AX_COUNTS.
 type Markers struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	counts jetstream.Stream
 }
 
-// New binds to the AX_FANIN stream, which must exist.
+// New binds to the AX_FANIN and AX_COUNTS streams, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Markers, error) {
 	st, err := js.Stream(ctx, subject.StreamFanIn)
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamFanIn, err)
 	}
-	return &Markers{js: js, stream: st}, nil
+	counts, err := js.Stream(ctx, subject.StreamCounts)
+	if err != nil {
+		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamCounts, err)
+	}
+	return &Markers{js: js, stream: st, counts: counts}, nil
 }
 
-// Mark records how member of waiter ended. Only the first marker of a
-// member counts: a later one (a replay) is a no-op.
-func (m *Markers) Mark(ctx context.Context, waiter, member string, o task.MemberOutcome) error {
+// Mark records how member of waiter ended, counts it, and returns the
+// waiter's count after it (a hint: see the package doc). Only the first
+// marker of a member is stored; its increment is de-duplicated by member.
+func (m *Markers) Mark(ctx context.Context, waiter, member string, o task.MemberOutcome) (int, error) {
 	data, err := json.Marshal(o)
 	if err != nil {
-		return fmt.Errorf("encode fan-in marker %s of %s: %w", member, waiter, err)
+		return 0, fmt.Errorf("encode fan-in marker %s of %s: %w", member, waiter, err)
 	}
 	_, err = m.js.Publish(ctx, subject.FanIn(waiter, member, string(o.State)), data,
 		jetstream.WithExpectLastSequenceForSubject(0, subject.FanInMember(waiter, member)))
 	if err != nil && !store.IsConflict(err) {
-		return fmt.Errorf("mark %s of %s as %s: %w", member, waiter, o.State, err)
+		return 0, fmt.Errorf("mark %s of %s as %s: %w", member, waiter, o.State, err)
 	}
-	return nil
+	// A marker that existed may be a replay whose increment was cut short:
+	// increment anyway; the message id makes a recent double a no-op.
+	msg := nats.NewMsg(subject.FanInCount(waiter))
+	msg.Header.Set("Nats-Incr", "1")
+	ack, err := m.js.PublishMsg(ctx, msg, jetstream.WithMsgID(waiter+"|"+member))
+	if err != nil {
+		return 0, fmt.Errorf("count %s of %s: %w", member, waiter, err)
+	}
+	if ack.Duplicate || ack.Value == "" {
+		return m.Count(ctx, waiter)
+	}
+	n, err := strconv.Atoi(ack.Value)
+	if err != nil {
+		return 0, fmt.Errorf("count %s of %s: counter value %q: %w", member, waiter, ack.Value, err)
+	}
+	return n, nil
 }
 
 // Ended reports whether member of waiter has a marker.
@@ -69,42 +101,35 @@ func (m *Markers) Ended(ctx context.Context, waiter, member string) (bool, error
 	return false, fmt.Errorf("read marker %s of %s: %w", member, waiter, err)
 }
 
-// Count returns how many members of waiter ended: the pending count of the
-// waiter's counting consumer, created on first use. Its cost does not
-// depend on the number of members, but it may lag: the server updates the
-// count just after it acknowledges a marker, so a member that ended last
-// can read one short. CountExact does not lag.
+// Count returns the waiter's counter: how many members ended, as a hint
+// (see the package doc). It is one stream-leader read.
 func (m *Markers) Count(ctx context.Context, waiter string) (int, error) {
-	name := subject.FanInConsumer(waiter)
-	for range 2 {
-		cons, err := m.stream.Consumer(ctx, name)
-		if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			cons, err = m.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-				Durable:       name,
-				Description:   "AX fan-in count of " + waiter,
-				FilterSubject: subject.FanInWaiter(waiter),
-				AckPolicy:     jetstream.AckNonePolicy,
-				DeliverPolicy: jetstream.DeliverAllPolicy,
-			})
-		}
-		if err != nil {
-			return 0, fmt.Errorf("count fan-in of %s: %w", waiter, err)
-		}
-		// Stream.Consumer returned cached info from its lookup; that lookup
-		// is the fresh count.
-		if info := cons.CachedInfo(); info != nil {
-			return int(info.NumPending), nil
-		}
+	msg, err := m.counts.GetLastMsgForSubject(ctx, subject.FanInCount(waiter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
 	}
-	return 0, fmt.Errorf("count fan-in of %s: no consumer info", waiter)
+	if err != nil {
+		return 0, fmt.Errorf("read fan-in count of %s: %w", waiter, err)
+	}
+	var v struct {
+		Val string `json:"val"`
+	}
+	if err := json.Unmarshal(msg.Data, &v); err != nil {
+		return 0, fmt.Errorf("decode fan-in count of %s: %w", waiter, err)
+	}
+	n, err := strconv.Atoi(v.Val)
+	if err != nil {
+		return 0, fmt.Errorf("decode fan-in count of %s: %q: %w", waiter, v.Val, err)
+	}
+	return n, nil
 }
 
-// Forget deletes waiter's counting consumer (its markers stay for the
-// record until the stream's max age).
+// Forget removes waiter's counter (its markers stay until its history is
+// forgotten).
 func (m *Markers) Forget(ctx context.Context, waiter string) error {
-	err := m.stream.DeleteConsumer(ctx, subject.FanInConsumer(waiter))
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("forget fan-in of %s: %w", waiter, err)
+	err := m.counts.Purge(ctx, jetstream.WithPurgeSubject(subject.FanInCount(waiter)))
+	if err != nil {
+		return fmt.Errorf("forget fan-in count of %s: %w", waiter, err)
 	}
 	return nil
 }

@@ -31,26 +31,27 @@ func TestMarkCountAndRead(t *testing.T) {
 		if i%4 == 3 {
 			st = task.Failed
 		}
-		if err := m.Mark(ctx, waiter, fmt.Sprint(9-i), task.MemberOutcome{Index: 9 - i, State: st}); err != nil {
-			t.Fatal(err)
+		n, err := m.Mark(ctx, waiter, fmt.Sprint(9-i), task.MemberOutcome{Index: 9 - i, State: st})
+		if err != nil || n != i+1 {
+			t.Fatalf("mark %d: count %d, %v", i, n, err)
 		}
 	}
-	// A replay, even in another state, is a no-op: the first marker stands.
-	if err := m.Mark(ctx, waiter, "0", task.MemberOutcome{Index: 0, State: task.Cancelled}); err != nil {
-		t.Fatal(err)
+	// A replay, even in another state, is a no-op: the first marker stands
+	// and the count does not move.
+	if n, err := m.Mark(ctx, waiter, "0", task.MemberOutcome{Index: 0, State: task.Cancelled}); err != nil || n != 10 {
+		t.Fatalf("replay: count %d, %v", n, err)
 	}
 	// Another waiter's markers do not count.
-	if err := m.Mark(ctx, "job/b", "0", task.MemberOutcome{State: task.Succeeded}); err != nil {
-		t.Fatal(err)
+	if n, err := m.Mark(ctx, "job/b", "0", task.MemberOutcome{State: task.Succeeded}); err != nil || n != 1 {
+		t.Fatalf("other waiter: count %d, %v", n, err)
 	}
 	exact, err := m.CountExact(ctx, waiter)
 	if err != nil || exact != 10 {
 		t.Fatalf("exact count %d, %v", exact, err)
 	}
-	testenv.Eventually(t, 5*time.Second, "fast count 10", func() bool {
-		n, err := m.Count(ctx, waiter)
-		return err == nil && n == 10
-	})
+	if n, err := m.Count(ctx, waiter); err != nil || n != 10 {
+		t.Fatalf("count %d, %v", n, err)
+	}
 	counts, err := m.Counts(ctx, waiter)
 	if err != nil || counts[task.Succeeded] != 8 || counts[task.Failed] != 2 || counts[task.Cancelled] != 0 {
 		t.Fatalf("counts %v, %v", counts, err)
@@ -76,7 +77,10 @@ func TestMarkCountAndRead(t *testing.T) {
 	if err := m.Forget(ctx, waiter); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	if n, err := m.Count(ctx, waiter); err != nil || n != 10 { // re-created on use
+	if n, err := m.Count(ctx, waiter); err != nil || n != 0 {
 		t.Fatalf("count after forget %d, %v", n, err)
+	}
+	if exact, err := m.CountExact(ctx, waiter); err != nil || exact != 10 { // the markers stay
+		t.Fatalf("exact count after forget %d, %v", exact, err)
 	}
 }

@@ -39,6 +39,9 @@ type Orchestrator struct {
 	// OldestUnfinished is the age of the oldest unfinished task the
 	// reconciler looked at recently, by state.
 	OldestUnfinished *prometheus.GaugeVec
+	// Breakers is the number of task types whose circuit breaker this
+	// orchestrator keeps in memory (idle closed ones are forgotten).
+	Breakers prometheus.Gauge
 }
 
 // NewOrchestrator registers the orchestrator's metrics on reg (nil: unregistered).
@@ -62,8 +65,10 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 			Help: "Reconciler looks at unfinished tasks (their watch timers firing), by state."}, []string{"state"}),
 		OldestUnfinished: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_reconciler_oldest_unfinished_seconds",
 			Help: "Age since submission of the oldest unfinished task the reconciler looked at in its last max interval, by state."}, []string{"state"}),
+		Breakers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_orchestrator_breakers",
+			Help: "Task types whose circuit breaker this orchestrator keeps in memory (closed breakers idle for a window are forgotten)."}),
 	}
-	register(reg, m.Transitions, m.Rejections, m.Held, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished)
+	register(reg, m.Transitions, m.Rejections, m.Held, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers)
 	return m
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -390,11 +391,38 @@ func checkMirror(t *testing.T, ctx context.Context, js jetstream.JetStream, db *
 		}
 		if state != string(want.State) || attempt != want.Attempt || execID != want.ExecutionID || executor != want.Executor ||
 			redrives != want.Redrives || lastSeq != r.Seq || finished.Valid != (want.FinishedAt != nil) ||
-			strings.Join(gotDeps, ",") != strings.Join(want.Dependents, ",") ||
+			strings.Join(gotDeps, ",") != strings.Join(want.Dependents, ",") || // legacy lists only
 			parent != (sql.NullString{String: want.Parent, Valid: want.IsShard()}) || shard != wantShard {
 			t.Fatalf("task %s row: state=%s attempt=%d exec=%s executor=%s redrives=%d last_seq=%d finished=%v dependents=%v parent=%v shard=%v\nwant %+v at seq %d",
 				id, state, attempt, execID, executor, redrives, lastSeq, finished.Valid, gotDeps, parent, shard, want, r.Seq)
 		}
+	}
+
+	// Edges: one row per depends_on entry of every task, and no other.
+	wantEdges := map[[2]string]bool{}
+	for id, r := range last {
+		for _, up := range r.Event.Task.DependsOn {
+			wantEdges[[2]string{up, id}] = true
+		}
+	}
+	edgeRows, err := db.QueryContext(ctx, `SELECT upstream_id, dependent_id FROM ax_edges`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotEdges := map[[2]string]bool{}
+	for edgeRows.Next() {
+		var e [2]string
+		if err := edgeRows.Scan(&e[0], &e[1]); err != nil {
+			t.Fatal(err)
+		}
+		gotEdges[e] = true
+	}
+	if err := edgeRows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	edgeRows.Close()
+	if !maps.Equal(gotEdges, wantEdges) {
+		t.Fatalf("ax_edges: got %v, want %v", gotEdges, wantEdges)
 	}
 
 	// Attempts: one per claimed execution; the outcome of its last event.

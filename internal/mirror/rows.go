@@ -104,6 +104,12 @@ type batch struct {
 	events   []eventRow
 	tasks    []taskRow
 	attempts []attemptRow
+	edges    []edgeRow
+}
+
+// edgeRow is an ax_edges row: dependent lists upstream in its depends_on.
+type edgeRow struct {
+	Upstream, Dependent string
 }
 
 // eventRowOf maps an event to its ax_events row.
@@ -276,7 +282,19 @@ func buildBatch(recs []record) batch {
 		if a, ok := attemptRowOf(r); ok {
 			b.attempts = append(b.attempts, a)
 		}
+		if r.Event.Kind == task.KindTransition && r.Event.From == "" {
+			// The creation event: its edges, once.
+			for _, up := range r.Event.Task.DependsOn {
+				b.edges = append(b.edges, edgeRow{Upstream: up, Dependent: r.TaskID})
+			}
+		}
 	}
+	sort.Slice(b.edges, func(i, j int) bool {
+		if b.edges[i].Upstream != b.edges[j].Upstream {
+			return b.edges[i].Upstream < b.edges[j].Upstream
+		}
+		return b.edges[i].Dependent < b.edges[j].Dependent
+	})
 	b.events = dedupEvents(b.events)
 	sort.Slice(b.tasks, func(i, j int) bool { return b.tasks[i].ID < b.tasks[j].ID })
 	sort.SliceStable(b.attempts, func(i, j int) bool {

@@ -67,6 +67,9 @@ ON DUPLICATE KEY UPDATE
   error       = IF(VALUES(last_seq) > last_seq, VALUES(error), error),
   last_seq    = GREATEST(last_seq, VALUES(last_seq))`
 
+// insertEdges writes dependency edges once.
+const insertEdges = `INSERT IGNORE INTO ax_edges (upstream_id, dependent_id) VALUES %s`
+
 // writeBatch writes b in one transaction. It is idempotent: writing the same
 // events again, or older ones after newer, changes nothing. mid, if not nil,
 // runs inside the transaction after the events are inserted (tests use it
@@ -104,6 +107,11 @@ func writeBatch(ctx context.Context, db *sql.DB, b batch, mid func() error) erro
 			nullTime(r.FinishedAt), r.Outcome, null(r.Error), r.Seq)
 	}); err != nil {
 		return fmt.Errorf("upsert attempts: %w", err)
+	}
+	if err := execChunks(ctx, tx, insertEdges, 2, len(b.edges), func(i int, args []any) []any {
+		return append(args, b.edges[i].Upstream, b.edges[i].Dependent)
+	}); err != nil {
+		return fmt.Errorf("insert edges: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit batch: %w", err)

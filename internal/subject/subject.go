@@ -4,8 +4,6 @@
 package subject
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,6 +22,8 @@ const (
 	StreamHeld      = "AX_HELD"
 	StreamAudit     = "AX_AUDIT"
 	StreamFanIn     = "AX_FANIN"
+	StreamEdges     = "AX_EDGES"
+	StreamCounts    = "AX_COUNTS"
 	StreamLeases    = "AX_LEASES"
 )
 
@@ -105,6 +105,8 @@ const (
 	AuditAll        = "ax.audit.>"
 	CancelSignalAll = "ax.signal.cancel.>"
 	FanInAll        = "ax.fanin.>"
+	EdgeAll         = "ax.edge.>"
+	CountAll        = "ax.count.>"
 	LeaseAll        = "ax.lease.>"
 )
 
@@ -288,12 +290,22 @@ func FanInWaiter(waiter string) string { return fanInPrefix + waiter + ".*.*" }
 // FanInState matches waiter's markers of one state.
 func FanInState(waiter, state string) string { return fanInPrefix + waiter + ".*." + state }
 
-// FanInConsumer is the durable consumer whose pending count is the number
-// of waiter's members that ended. It is named by a hash of the waiter's id
-// (task ids may hold characters consumer names may not).
-func FanInConsumer(waiter string) string {
-	h := sha256.Sum256([]byte(waiter))
-	return "ax-fanin-" + hex.EncodeToString(h[:16])
+// FanInCount is the counter (a JetStream counter subject in AX_COUNTS) of
+// how many of waiter's members ended.
+func FanInCount(waiter string) string { return "ax.count." + waiter }
+
+const edgePrefix = "ax.edge."
+
+// Edge records that child listed up in its depends_on: one message,
+// written once, by the orchestrator when it registers the child.
+func Edge(up, child string) string { return edgePrefix + up + "." + child }
+
+// EdgesOf matches every edge from up to its dependents.
+func EdgesOf(up string) string { return edgePrefix + up + ".*" }
+
+// EdgeChild returns the dependent's id of an ax.edge.<up>.<child> subject.
+func EdgeChild(subj, up string) (string, bool) {
+	return strings.CutPrefix(subj, edgePrefix+up+".")
 }
 
 // Lease is where the executor running a task long enough to heart-beat

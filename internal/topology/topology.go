@@ -143,6 +143,28 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:    r,
 		},
 		{
+			Name:        subject.StreamEdges,
+			Description: "AX dependency edges: ax.edge.<upstream>.<dependent>, one per depends_on entry, written once",
+			Subjects:    []string{subject.EdgeAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+		},
+		{
+			Name:        subject.StreamCounts,
+			Description: "AX fan-in counters: how many members of each shard parent or wide fan-in ended",
+			Subjects:    []string{subject.CountAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			// A counter subject keeps only its current value.
+			MaxMsgsPerSubject: 1,
+			AllowMsgCounter:   true,
+			// Increments are de-duplicated by member (Nats-Msg-Id) within
+			// this window, so a replayed end is not counted twice.
+			Duplicates: dup,
+		},
+		{
 			Name:              subject.StreamLeases,
 			Description:       "AX leases of long-running tasks, renewed by their executors' heartbeats (per-message TTL)",
 			Subjects:          []string{subject.LeaseAll},

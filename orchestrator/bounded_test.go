@@ -1,0 +1,162 @@
+package orchestrator_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+// TestRecordSizeIsFlatInFanOut: the bytes AX_TASKS holds grow linearly with
+// the number of dependents of one task, and the upstream's record stays the
+// same size: dependents are edges outside the record. (Records used to list
+// every dependent and be rewritten at each registration: 2.0 / 6.9 / 25.2 MiB
+// for 500 / 1,000 / 2,000 dependents.) AX_LONG=1 adds 10,000.
+func TestRecordSizeIsFlatInFanOut(t *testing.T) {
+	t.Parallel()
+	sizes := []int{500, 1000, 2000}
+	if os.Getenv("AX_LONG") != "" {
+		sizes = append(sizes, 10000)
+	}
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 5*time.Minute)
+	js, _ := jetstream.New(c.Conn())
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var perDependent []float64
+	for _, n := range sizes {
+		up := fmt.Sprintf("up-%d", n)
+		root := newSpec(up, "ok")
+		root.Capability = "nobody" // stays ready: its dependents wait
+		if _, err := c.Submit(ctx, root); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 20*time.Second, up+" ready", func() bool {
+			got, err := c.Get(ctx, up)
+			return err == nil && got.State == task.Ready
+		})
+		before, err := tasks.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := make([]task.Spec, n)
+		for i := range specs {
+			specs[i] = newSpec(fmt.Sprintf("%s-dep-%d", up, i), "ok", up)
+		}
+		for chunk := range chunks(specs, 500) {
+			if _, err := c.SubmitGraph(ctx, chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, 2*time.Minute, fmt.Sprintf("%d dependents of %s registered", n, up), func() bool {
+			deps, err := c.Dependents(ctx, up)
+			return err == nil && len(deps) == n
+		})
+		// Every dependent is created and registered: its edge exists.
+		testenv.Eventually(t, time.Minute, "last dependent waiting", func() bool {
+			got, err := c.Get(ctx, specs[n-1].ID)
+			return err == nil && got.State == task.Waiting
+		})
+		after, err := tasks.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grew := after.State.Bytes - before.State.Bytes
+		last, err := tasks.GetLastMsgForSubject(ctx, subject.Task(up))
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := float64(grew) / float64(n)
+		perDependent = append(perDependent, per)
+		t.Logf("%5d dependents: AX_TASKS grew %.2f MiB (%.0f bytes per dependent); the upstream's record is %d bytes",
+			n, float64(grew)/(1<<20), per, len(last.Data))
+		if len(last.Data) > 4096 {
+			t.Fatalf("%s's record is %d bytes with %d dependents: it grows with its fan-out", up, len(last.Data), n)
+		}
+	}
+	// Linear: the cost per dependent does not grow with the fan-out (a
+	// quadratic record doubles it at each doubling).
+	if first, lastPer := perDependent[0], perDependent[len(perDependent)-1]; lastPer > 1.5*first {
+		t.Fatalf("bytes per dependent grew from %.0f to %.0f with the fan-out", first, lastPer)
+	}
+}
+
+// TestRecordKeepsLastAttempts: a task failing many times keeps the last
+// task.KeepAttempts errors in its record and dead letter; its events keep
+// every one.
+func TestRecordKeepsLastAttempts(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: fastRetry})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("fails", func(_ context.Context, j *executor.Job) (any, error) {
+		return nil, fmt.Errorf("attempt %d failed", j.Attempt)
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s := newSpec("many", "fails")
+	s.MaxRetries = 8
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "many")
+	if err != nil || got.State != task.Failed {
+		t.Fatalf("many: %v %v", got, err)
+	}
+	if len(got.Errors) != task.KeepAttempts || got.Errors[0].Attempt != 9-task.KeepAttempts+1 || got.Errors[task.KeepAttempts-1].Attempt != 9 {
+		t.Fatalf("record keeps %d errors: %+v", len(got.Errors), got.Errors)
+	}
+	var dl *task.DeadLetter
+	testenv.Eventually(t, 20*time.Second, "the dead letter", func() bool {
+		dls, err := c.DeadLetters(ctx)
+		for i := range dls {
+			if dls[i].Spec.ID == "many" {
+				dl = &dls[i]
+			}
+		}
+		return err == nil && dl != nil
+	})
+	if len(dl.Attempts) != task.KeepAttempts {
+		t.Fatalf("dead letter keeps %d attempts", len(dl.Attempts))
+	}
+	h, err := c.History(ctx, "many")
+	if err != nil {
+		t.Fatal(err)
+	}
+	failures := 0
+	for _, ev := range h {
+		if ev.Event.To == task.Retrying || ev.Event.To == task.Failed {
+			failures++
+		}
+	}
+	if failures != 9 {
+		t.Fatalf("history holds %d failures, want 9", failures)
+	}
+}
+
+// chunks splits s into slices of at most n.
+func chunks[T any](s []T, n int) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
