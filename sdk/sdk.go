@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/edges"
+	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
