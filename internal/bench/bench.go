@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +79,51 @@ type Phase struct {
 	// DelayedLateness is handler start − run_at of the delayed tasks.
 	DelayedTasks    int
 	DelayedLateness Percentiles
+	// StoredPerTask is how many messages each AX stream stored per task
+	// during the phase (from the streams' last sequences); StoredBytes is
+	// AX_TASKS's growth in bytes per task.
+	StoredPerTask map[string]float64 `json:"stored_per_task"`
+	TaskBytes     float64            `json:"task_bytes_per_task"`
+}
+
+// streamMarks is every AX stream's last sequence, and AX_TASKS's bytes.
+type streamMarks struct {
+	last  map[string]uint64
+	bytes uint64
+}
+
+func marks(ctx context.Context, js jetstream.JetStream) (streamMarks, error) {
+	m := streamMarks{last: map[string]uint64{}}
+	lister := js.ListStreams(ctx)
+	for info := range lister.Info() {
+		if !strings.HasPrefix(info.Config.Name, "AX_") {
+			continue
+		}
+		m.last[info.Config.Name] = info.State.LastSeq
+		if info.Config.Name == subject.StreamTasks {
+			m.bytes = info.State.Bytes
+		}
+	}
+	if err := lister.Err(); err != nil {
+		return m, fmt.Errorf("bench: list streams: %w", err)
+	}
+	return m, nil
+}
+
+// stored fills p's stored-message figures from marks taken before it.
+func (p *Phase) stored(ctx context.Context, js jetstream.JetStream, before streamMarks) error {
+	after, err := marks(ctx, js)
+	if err != nil {
+		return err
+	}
+	p.StoredPerTask = map[string]float64{}
+	for name, seq := range after.last {
+		if n := seq - before.last[name]; n > 0 {
+			p.StoredPerTask[name] = float64(n) / float64(p.Tasks)
+		}
+	}
+	p.TaskBytes = float64(after.bytes-before.bytes) / float64(p.Tasks)
+	return nil
 }
 
 // Percentiles of a latency distribution.
@@ -250,16 +296,34 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		defer mw.stop()
 	}
+	js, err := jetstream.New(cnc)
+	if err != nil {
+		return res, err
+	}
 	if cfg.Tasks > 0 {
+		before, err := marks(ctx, js)
+		if err != nil {
+			return res, err
+		}
 		p, err := throughput(ctx, client, &rec, cfg.Tasks)
 		if err != nil {
+			return res, err
+		}
+		if err := p.stored(ctx, js, before); err != nil {
 			return res, err
 		}
 		res.Phases = append(res.Phases, p)
 	}
 	if cfg.Rate > 0 && cfg.Duration > 0 {
+		before, err := marks(ctx, js)
+		if err != nil {
+			return res, err
+		}
 		p, err := steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed)
 		if err != nil {
+			return res, err
+		}
+		if err := p.stored(ctx, js, before); err != nil {
 			return res, err
 		}
 		res.Phases = append(res.Phases, p)

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
+	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -39,7 +42,7 @@ func (g *globals) benchJSON(res any, err error) (bool, error) {
 func benchCmd(g *globals) *cobra.Command {
 	var cfg bench.Config
 	var embedded bool
-	var dsn string
+	var dsn, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure no-op tasks end to end (submit → ready → executor → completed → succeeded)",
@@ -52,6 +55,17 @@ NATS server (or --nats with --external) and measures two phases:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.URL, cfg.Logger, cfg.MySQLDSN = g.benchTarget(embedded, dsn)
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			res, err := bench.Run(cmd.Context(), cfg)
 			if done, err := g.benchJSON(res, err); done {
 				return err
@@ -66,6 +80,23 @@ NATS server (or --nats with --external) and measures two phases:
 			}
 			if err := w.Flush(); err != nil {
 				return err
+			}
+			for _, p := range phases {
+				names := make([]string, 0, len(p.StoredPerTask))
+				total := 0.0
+				for name, n := range p.StoredPerTask {
+					names = append(names, name)
+					total += n
+				}
+				sort.Strings(names)
+				fmt.Fprintf(g.stdout, "\nstored per task during %s: %.2f messages (", p.Name, total)
+				for i, name := range names {
+					if i > 0 {
+						fmt.Fprint(g.stdout, ", ")
+					}
+					fmt.Fprintf(g.stdout, "%s %.2f", name, p.StoredPerTask[name])
+				}
+				fmt.Fprintf(g.stdout, "); AX_TASKS %.0f bytes per task\n", p.TaskBytes)
 			}
 			for _, p := range phases {
 				if p.DelayedTasks > 0 {
@@ -89,6 +120,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")
 	cmd.AddCommand(benchShardsCmd(g))
 	cmd.AddCommand(benchProducerCmd(g))
