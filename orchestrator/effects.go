@@ -170,7 +170,9 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 	if t.DispatchTimeout > 0 {
 		kinds = append(kinds, subject.TimerDispatch)
 	}
-	kinds = append(kinds, subject.TimerWatch)
+	if mayBeWatched(t) {
+		kinds = append(kinds, subject.TimerWatch)
+	}
 	for _, k := range kinds {
 		if err := o.cancelTimer(ctx, k, t.ID); err != nil {
 			return err
@@ -179,11 +181,21 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 	return nil
 }
 
+// mayBeWatched reports whether a finished task may have a watch timer of
+// its own to cancel: one armed while it waited or retried. A dispatched
+// task's look is a sweep entry, which nothing cancels. A watch missed here
+// (a task held at creation, one the reconciler looked at while it ran)
+// fires once, finds the task ended and only re-ensures its effects.
+func mayBeWatched(t task.Task) bool {
+	return len(t.DependsOn) > 0 || t.StartAt != nil || t.Attempt > 1 || t.Phase != "" || t.IsShard() ||
+		t.Redrives > 0 || t.Dispatches > 1 || t.Takeovers > 0 || len(t.Errors) > 0
+}
+
 // dispatch publishes a ready task to its capability and priority subject,
-// de-duplicated by execution id, then arms its timers. The dispatch goes out
-// first, so a task starts one round trip sooner; a task that ends before
-// its watch is armed leaves a stray watch, which finds it ended and only
-// re-ensures its (idempotent) effects.
+// de-duplicated by execution id, then stores its sweep entry (the
+// reconciler's look, shared with the dispatches going out at the same time:
+// see sweep.go) and arms its timers. The dispatch goes out first, so a task
+// starts one round trip sooner.
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
 	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev})
 	if err != nil {
@@ -193,8 +205,8 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.Priority), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
-	if err := o.armWatch(ctx, t); err != nil {
-		return err
+	if err := o.sweeps.add(ctx, t); err != nil {
+		return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
 	}
 	if t.DispatchTimeout > 0 {
 		at := o.now().Add(t.DispatchTimeout.Std())

@@ -43,6 +43,8 @@ type Orchestrator struct {
 	// ready and leases are AX_READY and AX_LEASES, which the reconciler
 	// reads to tell a lost task from a queued or running one.
 	ready, leases jetstream.Stream
+	// sweeps batches the reconciler's looks at dispatched tasks.
+	sweeps *sweepBatcher
 	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
 	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied
@@ -106,6 +108,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	o.bg.Add(1)
 	go o.breakerLoop(runCtx)
+	// The sweep batcher outlives the consume loops: handlers finishing the
+	// messages in hand at Stop still dispatch.
+	sweepCtx, stopSweeps := context.WithCancel(context.Background())
+	o.sweeps = newSweepBatcher(o)
+	o.bg.Add(1)
+	go o.sweeps.run(sweepCtx)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, l := range loops {
@@ -142,7 +150,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	// Shutdown order: stop pulling → finish messages in hand → stop the
 	// background work (control watch, breaker ticks, releases).
-	go func() { wg.Wait(); o.bg.Wait(); close(done) }()
+	go func() { wg.Wait(); stopSweeps(); o.bg.Wait(); close(done) }()
 	o.stopFn, o.done = cancel, done
 	o.log.Info().Msg("orchestrator started")
 	return nil

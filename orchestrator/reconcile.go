@@ -15,10 +15,12 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// The reconciler — the design notes' fallback scan — is a durable timer per
-// unfinished task rather than a scan of history: every waiting, ready or
-// retrying task has a watch timer (ax.timer.watch.<id>), armed with the
-// effects of its state and purged when it ends. When a task has not moved
+// The reconciler — the design notes' fallback scan — is durable timers
+// rather than a scan of history: every waiting or retrying task has a watch
+// timer (ax.timer.watch.<id>), armed with the effects of its state and
+// cancelled when it ends; every dispatched task is listed in a sweep timer
+// shared with the dispatches that went out with it (sweep.go), which looks
+// at it as its watch would. When a task has not moved
 // for longer than its state allows, its watch fires and fireWatch looks at
 // it (a leader read), re-ensures its effects through the normal
 // compare-and-set paths, and arms the next look. The cost is one timer per

@@ -189,6 +189,9 @@ const (
 	// other than a running one has one armed; a running one gets it at
 	// start + timeout + grace).
 	TimerWatch TimerKind = "watch"
+	// TimerSweep is the reconciler's look at a batch of dispatched tasks
+	// (one timer per batch; its id is the batch's).
+	TimerSweep TimerKind = "sweep"
 	// TimerForget removes a finished task's history once it is older than
 	// the configured retention (TaskHistoryMaxAge).
 	TimerForget TimerKind = "forget"

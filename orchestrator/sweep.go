@@ -1,0 +1,153 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Sweeps: the reconciler's look at dispatched tasks, one timer per batch.
+//
+// Every dispatch needs a durable trigger that looks at its task should the
+// dispatch be lost (see reconcile.go). A watch timer per task costs two
+// stored messages on the hot path (the schedule, and its cancellation when
+// the task ends). Instead, dispatches going out together share one sweep
+// timer, ax.timer.sweep.<batch id>, listing their tasks: a group commit,
+// so a busy orchestrator stores one timer for hundreds of dispatches, and
+// nothing cancels it. When it fires, each listed task is read (a leader
+// read): an ended one is left alone, an unfinished one gets the look its
+// watch would have given it (fireWatch), which arms a per-task watch if it
+// is still fine — only tasks still unfinished after ReconcileInterval cost
+// more than one read.
+//
+// A dispatch's handler returns only once its sweep entry is stored, so the
+// message that caused the dispatch is acknowledged after it, as with a
+// per-task watch.
+
+// sweepMax bounds the tasks in one sweep timer (its message stays small).
+const sweepMax = 500
+
+// sweepEntry names one dispatched task in a sweep.
+type sweepEntry struct {
+	ID          string `json:"id"`
+	ExecutionID string `json:"execution_id,omitempty"`
+}
+
+// sweepBatcher groups sweep entries into timers.
+type sweepBatcher struct {
+	o    *Orchestrator
+	kick chan struct{}
+
+	mu      sync.Mutex
+	pending []sweepReq
+	stopped bool
+}
+
+type sweepReq struct {
+	e    sweepEntry
+	done chan error
+}
+
+func newSweepBatcher(o *Orchestrator) *sweepBatcher {
+	return &sweepBatcher{o: o, kick: make(chan struct{}, 1)}
+}
+
+// add stores e in a sweep timer and returns once it is stored. After the
+// batcher stopped it arms a per-task watch instead.
+func (b *sweepBatcher) add(ctx context.Context, t task.Task) error {
+	done := make(chan error, 1)
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		return b.o.armWatch(ctx, t)
+	}
+	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID}, done: done})
+	b.mu.Unlock()
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// run publishes pending entries, as many per timer as arrived while the
+// previous timer was being stored, until ctx ends.
+func (b *sweepBatcher) run(ctx context.Context) {
+	defer b.o.bg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.stopped = true
+			left := b.pending
+			b.pending = nil
+			b.mu.Unlock()
+			for _, r := range left {
+				r.done <- errors.New("orchestrator stopping")
+			}
+			return
+		case <-b.kick:
+		}
+		for {
+			b.mu.Lock()
+			n := min(len(b.pending), sweepMax)
+			batch := b.pending[:n:n]
+			b.pending = b.pending[n:]
+			b.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			err := b.flush(ctx, batch)
+			for _, r := range batch {
+				r.done <- err
+			}
+		}
+	}
+}
+
+func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) error {
+	entries := make([]sweepEntry, len(batch))
+	for i, r := range batch {
+		entries[i] = r.e
+	}
+	o := b.o
+	return o.armTimer(ctx, subject.TimerSweep, timerFire{ID: nuid.Next(), At: o.now().Add(o.cfg.ReconcileInterval), Tasks: entries})
+}
+
+// sweepWorkers bounds the concurrent reads of one sweep.
+const sweepWorkers = 16
+
+// fireSweep looks at each task of a sweep.
+func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sweepWorkers)
+	for _, e := range f.Tasks {
+		g.Go(func() error {
+			t, _, err := o.store.Get(gctx, e.ID)
+			if err != nil {
+				return ignoreNotFound(err)
+			}
+			if t.State.Terminal() {
+				return nil // its own message ensured its effects
+			}
+			if err := o.fireWatch(gctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At}); err != nil {
+				return fmt.Errorf("sweep: %s: %w", e.ID, err)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
