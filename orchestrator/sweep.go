@@ -150,4 +150,3 @@ func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {
 	}
 	return g.Wait()
 }
-
