@@ -160,3 +160,58 @@ func chunks[T any](s []T, n int) func(func([]T) bool) {
 		}
 	}
 }
+
+// TestUrgentSubmissionIsNotQueuedBehindABurst: each priority has its own
+// intake lane, so a p0 submitted behind a burst of p5 submissions is created
+// and runs while most of the burst is still to be taken in.
+func TestUrgentSubmissionIsNotQueuedBehindABurst(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 3*time.Minute)
+	// The burst is queued before any orchestrator runs: the whole of it is
+	// ahead of the p0 in submission order.
+	const burst = 2000
+	specs := make([]task.Spec, burst)
+	for i := range specs {
+		specs[i] = newSpec(fmt.Sprintf("bulk-%d", i), "ok")
+		specs[i].Priority = 5
+	}
+	for chunk := range chunks(specs, 1000) {
+		if _, err := c.SubmitMany(ctx, chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	urgent := newSpec("urgent", "ok")
+	urgent.Priority = 0
+	if _, err := c.Submit(ctx, urgent); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	if got, err := c.Wait(ctx, "urgent"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("urgent: %v %v", got, err)
+	}
+	js, _ := jetstream.New(c.Conn())
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := tasks.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each bulk task created so far has at least one event on its subject.
+	created := int(info.State.NumSubjects) - 1
+	t.Logf("when the p0 task succeeded, %d of %d earlier p5 submissions had been taken in", created, burst)
+	if created >= burst {
+		t.Fatalf("the p0 task waited for all %d earlier p5 submissions", burst)
+	}
+	for _, s := range specs {
+		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %v %v", s.ID, got, err)
+		}
+	}
+}

@@ -158,28 +158,46 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 
 // loop is one of the orchestrator's consumers and its handler.
 type loop struct {
-	stream, consumer, filter string
-	handle                   consume.Handler
+	stream, consumer string
+	filters          []string // none: the whole stream
+	handle           consume.Handler
 }
 
 func (o *Orchestrator) loops() []loop {
-	return []loop{
-		{subject.StreamSubmit, subject.ConsumerSubmit, "", o.handleSubmit},
-		{subject.StreamCompleted, subject.ConsumerCompleted, "", o.handleReport},
-		{subject.StreamTimers, subject.ConsumerTimers, subject.FireAll, o.handleFire},
-		{subject.StreamCommands, subject.ConsumerCommands, "", o.handleCommand},
+	ls := []loop{
+		// Unlaned submissions and graphs, in arrival order.
+		{subject.StreamSubmit, subject.ConsumerSubmit, []string{subject.SubmitAll, subject.GraphSubmit}, o.handleSubmit},
+		{subject.StreamCompleted, subject.ConsumerCompleted, nil, o.handleReport},
+		{subject.StreamTimers, subject.ConsumerTimers, []string{subject.FireAll}, o.handleFire},
+		{subject.StreamCommands, subject.ConsumerCommands, nil, o.handleCommand},
 	}
+	// One intake lane per priority: a p0 submission is not queued behind
+	// a burst of p5 ones.
+	for p := range subject.Priorities {
+		ls = append(ls, loop{subject.StreamSubmit, subject.ConsumerSubmitLane(p), []string{subject.SubmitLaneAll(p)}, o.handleSubmit})
+	}
+	return ls
 }
 
 // bindLoop creates or updates a loop's durable consumer.
 func (o *Orchestrator) bindLoop(ctx context.Context, l loop) (jetstream.Consumer, error) {
+	var filter string
+	var filters []string
+	switch len(l.filters) {
+	case 0:
+	case 1:
+		filter = l.filters[0]
+	default:
+		filters = l.filters
+	}
 	cons, err := o.js.CreateOrUpdateConsumer(ctx, l.stream, jetstream.ConsumerConfig{
-		Durable:       l.consumer,
-		FilterSubject: l.filter,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       o.cfg.AckWait,
-		MaxAckPending: 4 * o.cfg.Batch * o.cfg.Workers / 16,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable:        l.consumer,
+		FilterSubject:  filter,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        o.cfg.AckWait,
+		MaxAckPending:  4 * o.cfg.Batch * o.cfg.Workers / 16,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		// The handler keeps a message as poison at MaxDeliveries; this is
 		// the server's backstop should even that keep failing.
 		MaxDeliver: 2 * int(o.cfg.MaxDeliveries),

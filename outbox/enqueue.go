@@ -54,7 +54,7 @@ func specRow(s task.Spec) (row, error) {
 	if err != nil {
 		return row{}, fmt.Errorf("encode task %s: %w", s.ID, err)
 	}
-	return row{taskID: s.ID, subject: subject.Submit(s.Type), body: body, tasks: 1}, nil
+	return row{taskID: s.ID, subject: subject.SubmitLane(s.Priority, s.Type), body: body, tasks: 1}, nil
 }
 
 // Enqueue validates spec, fills its defaults and its id (a sortable unique

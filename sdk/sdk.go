@@ -128,12 +128,12 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	ack, err := c.js.Publish(ctx, subject.Submit(spec.Type), data, jetstream.WithMsgID(msgID(spec.ID, data)))
+	ack, err := c.js.Publish(ctx, subject.SubmitLane(spec.Priority, spec.Type), data, jetstream.WithMsgID(msgID(spec.ID, data)))
 	if err != nil {
 		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
 	}
 	if ack.Duplicate {
-		return spec.ID, c.resubmitIfRejected(ctx, subject.Submit(spec.Type), spec.ID, data)
+		return spec.ID, c.resubmitIfRejected(ctx, subject.SubmitLane(spec.Priority, spec.Type), spec.ID, data)
 	}
 	return spec.ID, nil
 }
@@ -479,7 +479,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err != nil {
 			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
 		}
-		f, err := c.js.PublishAsync(subject.Submit(specs[i].Type), data, jetstream.WithMsgID(msgID(specs[i].ID, data)))
+		f, err := c.js.PublishAsync(subject.SubmitLane(specs[i].Priority, specs[i].Type), data, jetstream.WithMsgID(msgID(specs[i].ID, data)))
 		if err != nil {
 			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
 		}
@@ -490,7 +490,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				if err := c.resubmitIfRejected(ctx, subject.Submit(specs[i].Type), ids[i], bodies[i]); err != nil {
+				if err := c.resubmitIfRejected(ctx, subject.SubmitLane(specs[i].Priority, specs[i].Type), ids[i], bodies[i]); err != nil {
 					return ids, err
 				}
 			}

@@ -206,7 +206,7 @@ func (s *Submitter) Submit(ctx context.Context, spec task.Spec) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	t := pendingTask{spec: spec, subj: subject.Submit(spec.Type), data: data, msgID: subject.SubmitMsgID(spec.ID, data)}
+	t := pendingTask{spec: spec, subj: subject.SubmitLane(spec.Priority, spec.Type), data: data, msgID: subject.SubmitMsgID(spec.ID, data)}
 	s.mu.Lock()
 	for {
 		if s.closed {

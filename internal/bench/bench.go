@@ -47,6 +47,9 @@ type Config struct {
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
 	// phase; their lateness (handler start − run_at) is measured.
 	Delayed int
+	// Backlog, when > 0, runs the backlog probe: that many p5 tasks
+	// submitted at once, then a p0 whose submit→start is reported.
+	Backlog int
 	// MySQLDSN, when set, runs the audit mirror during the bench and
 	// measures its throughput and lag.
 	MySQLDSN string
@@ -79,6 +82,10 @@ type Phase struct {
 	// DelayedLateness is handler start − run_at of the delayed tasks.
 	DelayedTasks    int
 	DelayedLateness Percentiles
+	// Backlog is, for the backlog probe, how many p5 tasks were submitted
+	// just before its p0 task, and UrgentStart that task's submit→start.
+	Backlog     int           `json:"backlog,omitempty"`
+	UrgentStart time.Duration `json:"urgent_start,omitempty"`
 	// StoredPerTask is how many messages each AX stream stored per task
 	// during the phase (from the streams' last sequences); StoredBytes is
 	// AX_TASKS's growth in bytes per task.
@@ -144,6 +151,8 @@ func percentiles(d []time.Duration) Percentiles {
 type payload struct {
 	SubmitNanos int64 `json:"t"`
 	RunAtNanos  int64 `json:"r,omitempty"`
+	// Urgent marks the backlog probe's p0 task.
+	Urgent bool `json:"u,omitempty"`
 }
 
 // recorder collects latencies of one phase, keyed by task id.
@@ -158,6 +167,8 @@ type recorder struct {
 	allDone    chan struct{}
 	closeOnce  sync.Once
 	last       time.Time
+	// urgent is the backlog probe's p0 submit→start.
+	urgent time.Duration
 }
 
 func newRecorder(ids int) *recorder {
@@ -195,7 +206,12 @@ func (r *recorder) started(p payload) {
 		r.late = append(r.late, now.Sub(time.Unix(0, p.RunAtNanos)))
 		return
 	}
-	r.start = append(r.start, now.Sub(time.Unix(0, p.SubmitNanos)))
+	d := now.Sub(time.Unix(0, p.SubmitNanos))
+	if p.Urgent {
+		r.urgent = d
+		return
+	}
+	r.start = append(r.start, d)
 }
 
 // succeeded records a success; a delayed task's counts only as done (its
@@ -320,6 +336,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return res, err
 		}
 		p, err := steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed)
+		if err != nil {
+			return res, err
+		}
+		if err := p.stored(ctx, js, before); err != nil {
+			return res, err
+		}
+		res.Phases = append(res.Phases, p)
+	}
+	if cfg.Backlog > 0 {
+		before, err := marks(ctx, js)
+		if err != nil {
+			return res, err
+		}
+		p, err := backlog(ctx, client, &rec, cfg.Backlog)
 		if err != nil {
 			return res, err
 		}
@@ -486,6 +516,46 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 	}
 	p := phase(fmt.Sprintf("steady %d/s", rate), total, r.last.Sub(begin), r)
 	p.DelayedTasks = delayedSent
+	return p, nil
+}
+
+// backlog is the backlog probe: n p5 tasks submitted as fast as possible,
+// then one p0; it reports the p0's submit→start (the design notes' morning
+// burst: urgent work must not wait for the burst's intake).
+func backlog(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) (Phase, error) {
+	r := newRecorder(n + 1)
+	rec.set(r)
+	prefix := fmt.Sprintf("backlog-%d-", time.Now().UnixNano())
+	seq := 0
+	begin := time.Now()
+	const chunk = 1000
+	for sent := 0; sent < n; sent += chunk {
+		batch := specs(min(chunk, n-sent), prefix, &seq)
+		ids := make([]string, len(batch))
+		for i := range batch {
+			batch[i].Priority = 5
+			ids[i] = batch[i].ID
+		}
+		r.expect(ids)
+		if _, err := c.SubmitMany(ctx, batch); err != nil {
+			return Phase{}, err
+		}
+	}
+	u := specs(1, prefix+"urgent-", &seq)[0]
+	u.Priority = 0
+	u.Payload = []byte(`{"t":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `,"u":true}`)
+	r.expect([]string{u.ID})
+	if _, err := c.Submit(ctx, u); err != nil {
+		return Phase{}, err
+	}
+	r.doneSubmitting()
+	if err := waitAll(ctx, r, n+1); err != nil {
+		return Phase{}, err
+	}
+	p := phase(fmt.Sprintf("backlog %d p5 + p0", n), n+1, r.last.Sub(begin), r)
+	r.mu.Lock()
+	p.Backlog, p.UrgentStart = n, r.urgent
+	r.mu.Unlock()
 	return p, nil
 }
 

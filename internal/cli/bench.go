@@ -99,6 +99,12 @@ NATS server (or --nats with --external) and measures two phases:
 				fmt.Fprintf(g.stdout, "); AX_TASKS %.0f bytes per task\n", p.TaskBytes)
 			}
 			for _, p := range phases {
+				if p.Backlog > 0 {
+					fmt.Fprintf(g.stdout, "\nbacklog probe: a p0 task submitted right after %d p5 tasks started %s after its submission\n",
+						p.Backlog, ms(p.UrgentStart))
+				}
+			}
+			for _, p := range phases {
 				if p.DelayedTasks > 0 {
 					l := p.DelayedLateness
 					fmt.Fprintf(g.stdout, "\ndelayed tasks (run_at) during %s: %d, start lateness p50 %s p90 %s p99 %s max %s\n",
@@ -119,6 +125,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
+	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")

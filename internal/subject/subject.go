@@ -120,14 +120,50 @@ const (
 	cancelPrefix    = "ax.signal.cancel."
 )
 
-// Submit is where a spec of type t is submitted.
+// Submit is where a spec of type t is submitted without an intake lane
+// (the orchestrator takes these in the order they arrive, with graphs).
 func Submit(taskType string) string { return submitPrefix + taskType }
 
-// TypeFromSubmit returns the task type of a task.submit.<type> subject.
+// Priorities is the number of priority levels (p0 … p5).
+const Priorities = 6
+
+// SubmitLane is where a spec of type t and a priority is submitted: each
+// priority has its own intake lane, so a p0 submission is taken at once
+// even behind a burst of lower ones.
+func SubmitLane(priority int, taskType string) string {
+	return laneSubmitPrefix(priority) + taskType
+}
+
+func laneSubmitPrefix(priority int) string { return "task.submit-p" + strconv.Itoa(priority) + "." }
+
+// SubmitLaneAll matches every submission of one priority lane.
+func SubmitLaneAll(priority int) string { return laneSubmitPrefix(priority) + ">" }
+
+// TypeFromSubmit returns the task type of a task.submit.<type> or
+// task.submit-p<N>.<type> subject.
 func TypeFromSubmit(subj string) (string, bool) {
 	t, ok := strings.CutPrefix(subj, submitPrefix)
+	if !ok {
+		for p := range Priorities {
+			if t, ok = strings.CutPrefix(subj, laneSubmitPrefix(p)); ok {
+				break
+			}
+		}
+	}
 	return t, ok && t != ""
 }
+
+// SubmitSubjects are every submission subject: unlaned, graphs and lanes.
+func SubmitSubjects() []string {
+	out := []string{SubmitAll, GraphSubmit}
+	for p := range Priorities {
+		out = append(out, SubmitLaneAll(p))
+	}
+	return out
+}
+
+// ConsumerSubmitLane is the orchestrators' intake consumer of a priority lane.
+func ConsumerSubmitLane(priority int) string { return ConsumerSubmit + "-p" + strconv.Itoa(priority) }
 
 // Ready is the subject a ready task of a capability and priority goes to.
 func Ready(capability string, priority int) string {

@@ -52,7 +52,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 		{
 			Name:        subject.StreamSubmit,
 			Description: "AX task submissions, consumed by the orchestrator",
-			Subjects:    []string{subject.SubmitAll, subject.GraphSubmit},
+			Subjects:    subject.SubmitSubjects(),
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
