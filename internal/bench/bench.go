@@ -23,6 +23,7 @@ import (
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -44,6 +45,8 @@ type Config struct {
 	Capacity float64
 	// SyncAlways runs the embedded server with fsync on every write.
 	SyncAlways bool
+	// Cluster runs three embedded servers in a cluster and R3 streams.
+	Cluster bool
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
 	// phase; their lateness (handler start − run_at) is measured.
 	Delayed int
@@ -233,13 +236,24 @@ func (r *recorder) succeeded(id string, d time.Duration, at time.Time, delayed b
 // serverURL returns url, or, when it is empty, the URL of an embedded server
 // started with its store in a new temporary directory named after pattern;
 // stop stops that server and removes the directory.
-func serverURL(url, pattern string, syncAlways bool) (_ string, stop func(), _ error) {
+func serverURL(url, pattern string, syncAlways, cluster bool) (_ string, stop func(), _ error) {
 	if url != "" {
 		return url, func() {}, nil
 	}
 	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
 		return "", nil, err
+	}
+	if cluster {
+		c, err := natsserver.StartCluster(3, natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
+		if err != nil {
+			os.RemoveAll(dir)
+			return "", nil, err
+		}
+		return c.URL(), func() {
+			c.Stop()
+			os.RemoveAll(dir)
+		}, nil
 	}
 	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
 	if err != nil {
@@ -262,13 +276,17 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 512
 	}
-	url, stop, err := serverURL(cfg.URL, "ax-bench-", cfg.SyncAlways)
+	url, stop, err := serverURL(cfg.URL, "ax-bench-", cfg.SyncAlways, cfg.Cluster)
 	if err != nil {
 		return res, err
 	}
 	defer stop()
 	var rec atomicRecorder
-	st, err := startStack(ctx, url, cfg.Capacity, log, func(ex *executor.Executor) {
+	replicas := 1
+	if cfg.Cluster {
+		replicas = 3
+	}
+	st, err := startStack(ctx, url, replicas, cfg.Capacity, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
 			var p payload
 			if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
@@ -594,13 +612,13 @@ type stack struct {
 
 // startStack starts an orchestrator and an executor whose handlers
 // register installs.
-func startStack(ctx context.Context, url string, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
+func startStack(ctx context.Context, url string, replicas int, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
 	st := &stack{url: url}
 	onc, err := st.connect()
 	if err != nil {
 		return st, err
 	}
-	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log}); err == nil {
+	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log, Topology: topology.Options{Replicas: replicas}}); err == nil {
 		err = st.orch.Start(ctx)
 	}
 	if err != nil {

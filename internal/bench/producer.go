@@ -77,12 +77,12 @@ func Producer(ctx context.Context, cfg ProducerConfig) (ProducerResult, error) {
 	if cfg.OutboxRows <= 0 {
 		cfg.OutboxRows = 20_000
 	}
-	url, stop, err := serverURL(cfg.URL, "ax-bench-producer-", cfg.SyncAlways)
+	url, stop, err := serverURL(cfg.URL, "ax-bench-producer-", cfg.SyncAlways, false)
 	if err != nil {
 		return res, err
 	}
 	defer stop()
-	st, err := startStack(ctx, url, 512, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, url, 1, 512, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	})
 	if err != nil {

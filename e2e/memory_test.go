@@ -1,0 +1,102 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// TestOrchestratorMemoryIsBoundedByConfig measures the orchestrator's
+// resident memory (its own process) with AX_MEMORY_TASKS (default 2,000;
+// skipped unless AX_MEMORY_TASKS or AX_LONG is set: it writes several GiB)
+// tasks of 256 KiB payloads queued for a capability nobody serves, against
+// the same number of 1 KiB tasks: the dispatch cache is bounded by bytes
+// (--dispatch-cache-bytes, 64 MiB by default), so resident memory must not
+// follow the queued bytes.
+func TestOrchestratorMemoryIsBoundedByConfig(t *testing.T) {
+	n := 2000
+	if v := os.Getenv("AX_MEMORY_TASKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			t.Fatal(err)
+		}
+	} else if os.Getenv("AX_LONG") == "" {
+		t.Skip("writes several GiB: set AX_MEMORY_TASKS=<n> or AX_LONG=1")
+	}
+	small := queuedRSS(t, n, 1<<10)
+	big := queuedRSS(t, n, 256<<10)
+	t.Logf("orchestrator RSS with %d queued tasks: %d MiB at 1 KiB payloads, %d MiB at 256 KiB payloads (%d MiB of payloads queued)",
+		n, small>>20, big>>20, (int64(n)*256<<10)>>20)
+	if limit := small + 64<<20 + 64<<20; big > limit {
+		t.Fatalf("RSS %d MiB with 256 KiB payloads, over the 1 KiB run's %d MiB + the 64 MiB cache + 64 MiB slack", big>>20, small>>20)
+	}
+}
+
+// queuedRSS runs a server and an orchestrator process, queues n tasks of
+// payload bytes for a capability nobody serves, and returns the
+// orchestrator's resident memory once all are dispatched.
+func queuedRSS(t *testing.T, n, payload int) int64 {
+	c := newCluster(t)
+	defer c.cleanup()
+	c.startServer()
+	orch := c.startOrchestrator("mem-orch")
+	_, cl := c.connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	body := []byte(`"` + strings.Repeat("x", payload-2) + `"`)
+	const chunk = 50
+	for sent := 0; sent < n; sent += chunk {
+		var specs []task.Spec
+		for i := sent; i < min(sent+chunk, n); i++ {
+			s, _ := task.New("mem.noop", body)
+			s.ID = fmt.Sprintf("mem-%d-%d", payload, i)
+			s.Capability = "nobody"
+			specs = append(specs, s)
+		}
+		retryOp(t, time.Minute, "submit", func(ctx context.Context) error {
+			_, err := cl.SubmitMany(ctx, specs)
+			return err
+		})
+	}
+	js, _ := jetstream.New(cl.Conn())
+	eventually(t, 20*time.Minute, fmt.Sprintf("%d dispatches stored", n), func() (bool, string) {
+		ready, err := js.Stream(ctx, subject.StreamReady)
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := ready.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.State.Msgs >= uint64(n), fmt.Sprintf("%d stored", info.State.Msgs)
+	})
+	return rss(t, orch.pid())
+}
+
+// rss reads a process's resident set size.
+func rss(t *testing.T, pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
