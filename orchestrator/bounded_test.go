@@ -215,3 +215,54 @@ func TestUrgentSubmissionIsNotQueuedBehindABurst(t *testing.T) {
 		}
 	}
 }
+
+// TestWideCascadeGoesInSteps: a task with more dependents than one message
+// handles (dependentsStep) releases, or cancels, all of them through its
+// cascade timer, a bounded step per message.
+func TestWideCascadeGoesInSteps(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	gate := make(chan struct{})
+	ex.HandleFunc("gated", func(ctx context.Context, _ *executor.Job) (any, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 3*time.Minute)
+	const width = 600 // three steps of dependentsStep (256)
+	for _, up := range []string{"wide-ok", "wide-cancel"} {
+		root := newSpec(up, "gated")
+		specs := []task.Spec{root}
+		for i := range width {
+			specs = append(specs, newSpec(fmt.Sprintf("%s-%03d", up, i), "ok", up))
+		}
+		for chunk := range chunks(specs, 500) {
+			if _, err := c.SubmitGraph(ctx, chunk); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testenv.Eventually(t, time.Minute, up+"'s dependents registered", func() bool {
+			deps, err := c.Dependents(ctx, up)
+			return err == nil && len(deps) == width
+		})
+	}
+	if _, err := c.Cancel(ctx, "wide-cancel", "test"); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	for i := range width {
+		if got, err := c.Wait(ctx, fmt.Sprintf("wide-ok-%03d", i)); err != nil || got.State != task.Succeeded {
+			t.Fatalf("wide-ok-%03d: %v %v", i, got.State, err)
+		}
+		if got, err := c.Wait(ctx, fmt.Sprintf("wide-cancel-%03d", i)); err != nil || got.State != task.Cancelled {
+			t.Fatalf("wide-cancel-%03d: %v %v", i, got.State, err)
+		}
+	}
+}

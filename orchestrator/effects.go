@@ -455,7 +455,7 @@ func (o *Orchestrator) registerDependent(ctx context.Context, up, child string) 
 // record written by an earlier version may carry.
 func (o *Orchestrator) dependentsOf(ctx context.Context, t task.Task) ([]string, error) {
 	if !t.HasDependents {
-		return t.Dependents, nil
+		return slices.Sorted(slices.Values(t.Dependents)), nil
 	}
 	ids, err := o.edges.Dependents(ctx, t.ID)
 	if err != nil {
@@ -466,45 +466,90 @@ func (o *Orchestrator) dependentsOf(ctx context.Context, t task.Task) ([]string,
 			ids = append(ids, id)
 		}
 	}
+	slices.Sort(ids)
 	return ids, nil
 }
 
 // releaseDependents re-evaluates the waiting dependents of a succeeded task.
 func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error {
+	return o.forDependents(ctx, t, "", o.releaseDependent)
+}
+
+// dependentsStep bounds the dependents one message's handler moves: a task
+// with more hands the rest on, in steps, to its cascade timer.
+const dependentsStep = 256
+
+// forDependents applies each to t's dependents after the id after (all of
+// them when after is ""), at most dependentsStep of them; when more remain,
+// it arms t's cascade timer, whose message continues after the last one
+// done. Each step is idempotent, so a crash mid-way repeats a step at most.
+func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after string, each func(context.Context, task.Task, string) error) error {
 	ids, err := o.dependentsOf(ctx, t)
 	if err != nil {
-		return fmt.Errorf("release dependents of %s: %w", t.ID, err)
+		return fmt.Errorf("dependents of %s: %w", t.ID, err)
 	}
-	for _, id := range ids {
-		child, rev, err := o.store.Get(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			// Listed by its graph but not created yet (the graph's creation
-			// was interrupted): its creation resolves it against this task.
-			continue
+	start := 0
+	if after != "" {
+		start, _ = slices.BinarySearch(ids, after)
+		if start < len(ids) && ids[start] == after {
+			start++
 		}
-		if err != nil {
-			return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
+	}
+	end := min(start+dependentsStep, len(ids))
+	for _, id := range ids[start:end] {
+		if err := each(ctx, t, id); err != nil {
+			return err
 		}
-		switch child.State {
-		case task.Waiting:
-			if len(child.DependsOn) > task.WideFanIn {
-				// Count instead of re-reading every upstream each time.
-				if all, err := o.countUpstreams(ctx, child, t.ID); err != nil || !all {
-					if err != nil {
-						return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
-					}
-					continue
-				}
+	}
+	if end < len(ids) {
+		return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: t.ID, At: o.now(), After: ids[end-1]})
+	}
+	return nil
+}
+
+// fireCascade continues an ended task's release or cancellation of its
+// dependents.
+func (o *Orchestrator) fireCascade(ctx context.Context, f timerFire) error {
+	t, _, err := o.store.Get(ctx, f.ID)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	switch t.State {
+	case task.Succeeded:
+		return o.forDependents(ctx, t, f.After, o.releaseDependent)
+	case task.Failed, task.Cancelled, task.Expired:
+		return o.forDependents(ctx, t, f.After, o.cancelDependent)
+	}
+	return nil // re-driven since: its new end cascades again
+}
+
+// releaseDependent re-evaluates one waiting dependent of a succeeded task.
+func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id string) error {
+	child, rev, err := o.store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		// Listed by its graph but not created yet (the graph's creation
+		// was interrupted): its creation resolves it against this task.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
+	}
+	switch child.State {
+	case task.Waiting:
+		if len(child.DependsOn) > task.WideFanIn {
+			// Count instead of re-reading every upstream each time.
+			all, err := o.countUpstreams(ctx, child, t.ID)
+			if err != nil {
+				return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
 			}
-			if err := o.resolveWaiting(ctx, child, rev, false); err != nil {
-				return err
-			}
-		case task.Ready:
-			// Released earlier; its dispatch may not have been published.
-			if err := o.dispatch(ctx, child, rev); err != nil {
-				return err
+			if !all {
+				return nil
 			}
 		}
+		return o.resolveWaiting(ctx, child, rev, false)
+	case task.Ready:
+		// Released earlier; its dispatch may not have been published.
+		return o.dispatch(ctx, child, rev)
 	}
 	return nil
 }
@@ -517,16 +562,11 @@ func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error
 // through again (its own effects were, or will be, ensured by its own
 // message or its watch).
 func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error {
-	ids, err := o.dependentsOf(ctx, t)
-	if err != nil {
-		return fmt.Errorf("cancel dependents of %s: %w", t.ID, err)
-	}
-	for _, id := range ids {
-		if err := o.cancelBecauseUpstream(ctx, id, t); err != nil {
-			return err
-		}
-	}
-	return nil
+	return o.forDependents(ctx, t, "", o.cancelDependent)
+}
+
+func (o *Orchestrator) cancelDependent(ctx context.Context, up task.Task, id string) error {
+	return o.cancelBecauseUpstream(ctx, id, up)
 }
 
 func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up task.Task) error {

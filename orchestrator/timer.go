@@ -26,6 +26,8 @@ type timerFire struct {
 	// Cascade marks a watch fired at once to run the effects of a task
 	// its upstream's cascade ended (not a repair).
 	Cascade bool `json:"cascade,omitempty"`
+	// After is where a cascade continues: the last dependent done.
+	After string `json:"after,omitempty"`
 	// Tasks are a sweep's dispatched tasks (ID is then the batch's id).
 	Tasks []sweepEntry `json:"tasks,omitempty"`
 }
@@ -98,6 +100,8 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 		return o.fireWatch(ctx, f)
 	case subject.TimerSweep:
 		return o.fireSweep(ctx, f)
+	case subject.TimerCascade:
+		return o.fireCascade(ctx, f)
 	case subject.TimerForget:
 		return o.fireForget(ctx, f)
 	default:

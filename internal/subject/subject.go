@@ -225,6 +225,9 @@ const (
 	// other than a running one has one armed; a running one gets it at
 	// start + timeout + grace).
 	TimerWatch TimerKind = "watch"
+	// TimerCascade continues an ended task's release or cancellation of
+	// its dependents, dependentsStep at a time.
+	TimerCascade TimerKind = "cascade"
 	// TimerSweep is the reconciler's look at a batch of dispatched tasks
 	// (one timer per batch; its id is the batch's).
 	TimerSweep TimerKind = "sweep"
