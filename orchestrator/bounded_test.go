@@ -107,7 +107,7 @@ func TestRecordKeepsLastAttempts(t *testing.T) {
 	})
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, time.Minute)
+	ctx := testenv.Context(t, 3*time.Minute)
 	s := newSpec("many", "fails")
 	s.MaxRetries = 8
 	if _, err := c.Submit(ctx, s); err != nil {
@@ -168,10 +168,10 @@ func TestUrgentSubmissionIsNotQueuedBehindABurst(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 3*time.Minute)
+	ctx := testenv.Context(t, 8*time.Minute)
 	// The burst is queued before any orchestrator runs: the whole of it is
 	// ahead of the p0 in submission order.
-	const burst = 2000
+	const burst = 1000
 	specs := make([]task.Spec, burst)
 	for i := range specs {
 		specs[i] = newSpec(fmt.Sprintf("bulk-%d", i), "ok")
@@ -235,7 +235,7 @@ func TestWideCascadeGoesInSteps(t *testing.T) {
 	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 3*time.Minute)
+	ctx := testenv.Context(t, 8*time.Minute)
 	const width = 600 // three steps of dependentsStep (256)
 	for _, up := range []string{"wide-ok", "wide-cancel"} {
 		root := newSpec(up, "gated")
@@ -248,7 +248,7 @@ func TestWideCascadeGoesInSteps(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		testenv.Eventually(t, time.Minute, up+"'s dependents registered", func() bool {
+		testenv.Eventually(t, 4*time.Minute, up+"'s dependents registered", func() bool {
 			deps, err := c.Dependents(ctx, up)
 			return err == nil && len(deps) == width
 		})

@@ -45,6 +45,8 @@ type Orchestrator struct {
 	ready, leases jetstream.Stream
 	// sweeps batches the reconciler's looks at dispatched tasks.
 	sweeps *sweepBatcher
+	// levels remembers ready levels recently found holding dispatches.
+	levels busyLevels
 	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
 	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied
@@ -120,7 +122,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		bind := func(ctx context.Context) (jetstream.Consumer, error) { return o.bindLoop(ctx, l) }
 		keep := consume.KeepPoison(o.js, l.consumer)
 		poisoned := o.metrics.Poisoned.WithLabelValues(l.consumer)
-		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch,
+		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch, MaxBytes: o.pullBufferBytes(),
 			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait, MaxDeliveries: o.cfg.MaxDeliveries,
 			Poison: func(ctx context.Context, msg jetstream.Msg, reason error) error {
 				if err := keep(ctx, msg, reason); err != nil {
@@ -154,6 +156,15 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.stopFn, o.done = cancel, done
 	o.log.Info().Msg("orchestrator started")
 	return nil
+}
+
+// pullBufferBytes bounds what each consume loop buffers ahead of its
+// handlers: by bytes, so the memory of a backlog of large submissions is
+// bounded by configuration (with Workers), not by the backlog. Well above
+// the largest message AX stores (AX_SUBMIT's 2 MiB; a dispatch or an event
+// carries a payload of at most MaxPayload once).
+func (o *Orchestrator) pullBufferBytes() int {
+	return max(8<<20, 4*o.cfg.MaxPayload)
 }
 
 // loop is one of the orchestrator's consumers and its handler.

@@ -186,13 +186,51 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 // dispatchPresent reports whether the ready stream holds any message on t's
 // capability and priority: a stream-leader count, so no dispatch means
 // none was stored (or all were taken).
+//
+// A level found holding dispatches is remembered for a few seconds: a
+// backlog of tasks nobody takes (a capability without executors) is looked
+// at by many watches at once, and one count answers for all of them. An
+// empty level is never remembered.
 func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task) (bool, error) {
 	subj := subject.Ready(t.Capability, t.Priority)
+	if o.levels.recent(subj, o.now()) {
+		return true, nil
+	}
 	info, err := o.ready.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		return false, fmt.Errorf("count dispatches of %s: %w", subj, err)
 	}
-	return info.State.Subjects[subj] > 0, nil
+	present := info.State.Subjects[subj] > 0
+	if present {
+		o.levels.saw(subj, o.now())
+	}
+	return present, nil
+}
+
+// busyLevels remembers ready levels recently found holding dispatches.
+type busyLevels struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+// busyLevelMemory is how long a level found holding dispatches is taken
+// to still hold some.
+const busyLevelMemory = 5 * time.Second
+
+func (b *busyLevels) recent(subj string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.seen[subj]
+	return ok && now.Sub(at) < busyLevelMemory
+}
+
+func (b *busyLevels) saw(subj string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen == nil || len(b.seen) >= 10_000 {
+		b.seen = make(map[string]time.Time) // a bound: capabilities are chosen by submitters
+	}
+	b.seen[subj] = now
 }
 
 func readyAt(t task.Task) *time.Time {

@@ -35,7 +35,7 @@ func TestRetryStormIsSpreadByTheBudget(t *testing.T) {
 	})
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 3*time.Minute)
+	ctx := testenv.Context(t, 8*time.Minute)
 	specs := make([]task.Spec, n)
 	for i := range specs {
 		specs[i] = newSpec(fmt.Sprintf("storm-%d", i), "storm")
@@ -43,7 +43,7 @@ func TestRetryStormIsSpreadByTheBudget(t *testing.T) {
 	if _, err := c.SubmitMany(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "all retried and succeeded", func() bool {
+	testenv.Eventually(t, 7*time.Minute, "all retried and succeeded", func() bool {
 		got, err := c.Get(ctx, specs[n-1].ID)
 		return err == nil && got.State == task.Succeeded && len(testenv.Events(t, c.Conn())) >= 6*n-10
 	})

@@ -127,7 +127,7 @@ func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) error {
 }
 
 // sweepWorkers bounds the concurrent reads of one sweep.
-const sweepWorkers = 16
+const sweepWorkers = 4
 
 // fireSweep looks at each task of a sweep.
 func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {

@@ -36,6 +36,11 @@ type Loop struct {
 	Workers int
 	// Batch is how many messages are requested per pull. Default 256.
 	Batch int
+	// MaxBytes, when set, bounds the bytes of messages buffered ahead of
+	// the handlers instead of Batch, so large messages (256 KiB payloads)
+	// do not make the buffer's memory follow the backlog. It must exceed
+	// the largest message.
+	MaxBytes int
 	// Handle is called for every message.
 	Handle Handler
 	// AckWait is the consumer's ack wait; a handler still running after a
@@ -70,7 +75,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	if batch <= 0 {
 		batch = 256
 	}
-	iter, err := l.Consumer.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(10*time.Second),
+	var limit jetstream.PullMessagesOpt = jetstream.PullMaxMessages(batch)
+	if l.MaxBytes > 0 {
+		limit = jetstream.PullMaxBytes(l.MaxBytes)
+	}
+	iter, err := l.Consumer.Messages(limit, jetstream.PullExpiry(10*time.Second),
 		jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", l.Name, err)
