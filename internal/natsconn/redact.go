@@ -1,0 +1,64 @@
+package natsconn
+
+import (
+	"net/url"
+	"strings"
+)
+
+const redacted = "xxxxx"
+
+// Redact returns a server URL list with the user information of each URL
+// (nats://user:password@host, nats://token@host) replaced by "xxxxx", so
+// it can be logged or shown. It does not need the URLs to be valid.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if scheme, _, rest, ok := splitUserinfo(p); ok {
+			parts[i] = scheme + redacted + "@" + rest
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// splitUserinfo splits one URL "scheme://userinfo@rest" into its user
+// information and the rest (scheme keeps "scheme://"); ok is false when it
+// has none. A URL without a scheme ("user:pass@host:4222", which nats.go
+// accepts) counts as well.
+func splitUserinfo(u string) (scheme, userinfo, rest string, ok bool) {
+	start := 0
+	if i := strings.Index(u, "://"); i >= 0 {
+		start = i + 3
+	}
+	authority := u[start:]
+	if j := strings.IndexAny(authority, "/?#"); j >= 0 {
+		authority = authority[:j]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return "", "", "", false
+	}
+	return u[:start], authority[:at], u[start+at+1:], true
+}
+
+// urlSecrets lists the secrets held in the user information of urls: the
+// whole user information, the password, and both in decoded form.
+func urlSecrets(urls string) []string {
+	var out []string
+	for _, p := range strings.Split(urls, ",") {
+		_, ui, _, ok := splitUserinfo(strings.TrimSpace(p))
+		if !ok || ui == "" {
+			continue
+		}
+		out = append(out, ui)
+		if dec, err := url.PathUnescape(ui); err == nil && dec != ui {
+			out = append(out, dec)
+		}
+		if _, pass, found := strings.Cut(ui, ":"); found && pass != "" {
+			out = append(out, pass)
+			if dec, err := url.PathUnescape(pass); err == nil && dec != pass {
+				out = append(out, dec)
+			}
+		}
+	}
+	return out
+}
