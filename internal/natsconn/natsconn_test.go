@@ -161,3 +161,14 @@ func TestScrubKeepsChain(t *testing.T) {
 		t.Errorf("Scrub = %v (is ErrNoServers: %v)", e, errors.Is(e, nats.ErrNoServers))
 	}
 }
+
+func TestRedactError(t *testing.T) {
+	t.Parallel()
+	url := "nats://ax:p%40ssw0rd@h:1"
+	err := natsconn.RedactError(errors.New(`parse "nats://ax:p%40ssw0rd@h:1": bad; user ax:p@ssw0rd`), url)
+	for _, s := range []string{"p%40ssw0rd", "p@ssw0rd"} {
+		if strings.Contains(err.Error(), s) {
+			t.Errorf("RedactError left %q: %v", s, err)
+		}
+	}
+}

@@ -62,3 +62,10 @@ func urlSecrets(urls string) []string {
 	}
 	return out
 }
+
+// RedactError returns err with the secrets held in the user information of
+// urls replaced by "xxxxx" in its text (for code that dials by itself);
+// errors.Is and errors.As still see the original chain.
+func RedactError(err error, urls string) error {
+	return Resolved{secrets: urlSecrets(urls)}.Scrub(err)
+}
