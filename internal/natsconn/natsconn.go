@@ -25,6 +25,7 @@ package natsconn
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -154,6 +155,9 @@ func (s Settings) Resolve() (Resolved, error) {
 	if r.URL == "" {
 		r.URL = DefaultURL
 	}
+	if err := checkURLs(r.URL); err != nil {
+		return Resolved{}, err
+	}
 	r.secrets = append(r.secrets, eff.Password, eff.Token)
 	r.secrets = append(r.secrets, urlSecrets(r.URL)...)
 
@@ -256,6 +260,25 @@ func scrub(s string, secrets []string) string {
 		}
 	}
 	return s
+}
+
+// checkURLs parses each URL as nats.go will, so that a malformed one is
+// reported here: url.Parse's own error quotes the URL, and a URL cut short
+// at a "#" or "/" in its password would quote part of that password.
+func checkURLs(urls string) error {
+	for _, p := range strings.Split(urls, ",") {
+		p = strings.TrimSpace(p)
+		if !strings.Contains(p, "://") {
+			p = "nats://" + p
+		}
+		if _, err := url.Parse(p); err != nil {
+			if _, _, _, secret := splitUserinfo(p); secret {
+				return fmt.Errorf("invalid NATS URL %s", Redact(p))
+			}
+			return fmt.Errorf("invalid NATS URL: %w", err)
+		}
+	}
+	return nil
 }
 
 func readSecretFile(path string) (string, error) {

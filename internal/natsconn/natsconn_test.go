@@ -19,7 +19,8 @@ func TestRedact(t *testing.T) {
 		"nats://ax:s3cret@n1:4222":                     "nats://xxxxx@n1:4222",
 		"nats://t0ken@n1:4222":                         "nats://xxxxx@n1:4222",
 		"tls://ax:p%40ss@n1:4222,nats://n2:4222":       "tls://xxxxx@n1:4222,nats://n2:4222",
-		"nats://a:b@n1:4222, nats://c:d@n2:4222/x?y@z": "nats://xxxxx@n1:4222, nats://xxxxx@n2:4222/x?y@z",
+		"nats://a:b@n1:4222, nats://c:d@n2:4222/x?y@z": "nats://xxxxx@n1:4222, nats://xxxxx@z", // the last @ ends the user information
+		"nats://ax:pa/ss#x@h:1":                        "nats://xxxxx@h:1",
 		"ax:pw@127.0.0.1:4222":                         "xxxxx@127.0.0.1:4222",
 		"nats://user:pa@ss@host:1":                     "nats://xxxxx@host:1",
 		"":                                             "",
@@ -171,4 +172,31 @@ func TestRedactError(t *testing.T) {
 			t.Errorf("RedactError left %q: %v", s, err)
 		}
 	}
+}
+
+// FuzzRedact builds URLs with a password in them: neither Redact nor the
+// error of Resolve may show it, whatever characters it holds.
+func FuzzRedact(f *testing.F) {
+	for _, s := range [][3]string{
+		{"ax", "s3cret", "127.0.0.1:4222"}, {"ax", "pa/ss", "h:1"}, {"ax", "pa#ss", "h:1"}, {"ax", "pa@ss", "h:bad"},
+		{"", "tok3n", "h:1"}, {"a,b", "p,w", "h:1"}, {"ax", "p%zz", "h:1"}, {"ax", "p ss", "[::1]:4222"},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, user, pass, host string) {
+		// Only passwords that can be told from the rest of the text, and
+		// URLs that stay one URL (nats.go splits the list at commas).
+		if len(pass) < 4 || strings.ContainsAny(user+pass+host, ",") || strings.Contains("nats://"+user+host+"invalid NATS URL xxxxx", pass) {
+			return
+		}
+		for _, u := range []string{"nats://" + user + ":" + pass + "@" + host, "nats://" + pass + "@" + host, user + ":" + pass + "@" + host} {
+			if red := natsconn.Redact(u); strings.Contains(red, pass) {
+				t.Fatalf("Redact(%q) = %q shows the password", u, red)
+			}
+			_, err := natsconn.Settings{URL: u}.Resolve()
+			if err != nil && strings.Contains(err.Error(), pass) {
+				t.Fatalf("Resolve(%q) error shows the password: %v", u, err)
+			}
+		}
+	})
 }

@@ -23,21 +23,19 @@ func Redact(urls string) string {
 // splitUserinfo splits one URL "scheme://userinfo@rest" into its user
 // information and the rest (scheme keeps "scheme://"); ok is false when it
 // has none. A URL without a scheme ("user:pass@host:4222", which nats.go
-// accepts) counts as well.
+// accepts) counts as well. The user information ends at the last "@", even
+// past a "/", "?" or "#": a password holding one of those must not leak, and
+// a NATS URL has no path that could hold an "@".
 func splitUserinfo(u string) (scheme, userinfo, rest string, ok bool) {
 	start := 0
 	if i := strings.Index(u, "://"); i >= 0 {
 		start = i + 3
 	}
-	authority := u[start:]
-	if j := strings.IndexAny(authority, "/?#"); j >= 0 {
-		authority = authority[:j]
-	}
-	at := strings.LastIndex(authority, "@")
+	at := strings.LastIndex(u[start:], "@")
 	if at < 0 {
 		return "", "", "", false
 	}
-	return u[:start], authority[:at], u[start+at+1:], true
+	return u[:start], u[start : start+at], u[start+at+1:], true
 }
 
 // urlSecrets lists the secrets held in the user information of urls: the
