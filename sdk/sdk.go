@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/internal/edges"
+	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -63,7 +64,7 @@ type Client struct {
 func Connect(ctx context.Context, url string, opts ...nats.Option) (*Client, error) {
 	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("ax-sdk"), nats.MaxReconnects(-1)}, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", url, err)
+		return nil, natsconn.RedactError(fmt.Errorf("connect to %s: %w", natsconn.Redact(url), err), url)
 	}
 	c, err := New(ctx, nc)
 	if err != nil {

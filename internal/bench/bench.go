@@ -36,6 +36,8 @@ const TypeBench = "bench.noop"
 type Config struct {
 	// URL of a NATS server; empty starts an embedded one in a temp dir.
 	URL string
+	// NATSOptions authenticate to the server at URL (see internal/natsconn).
+	NATSOptions []nats.Option
 	// Tasks for the throughput phase (submitted as fast as possible). 0 skips it.
 	Tasks int
 	// Rate (tasks/s) and Duration of the steady phase. 0 skips it.
@@ -286,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Cluster {
 		replicas = 3
 	}
-	st, err := startStack(ctx, url, replicas, cfg.Capacity, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, url, cfg.NATSOptions, replicas, cfg.Capacity, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
 			var p payload
 			if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
@@ -605,6 +607,7 @@ func phase(name string, n int, elapsed time.Duration, r *recorder) Phase {
 // a server, plus the connections a bench opens; close stops and closes all.
 type stack struct {
 	url   string
+	opts  []nats.Option
 	orch  *orchestrator.Orchestrator
 	ex    *executor.Executor
 	conns []*nats.Conn
@@ -612,8 +615,8 @@ type stack struct {
 
 // startStack starts an orchestrator and an executor whose handlers
 // register installs.
-func startStack(ctx context.Context, url string, replicas int, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
-	st := &stack{url: url}
+func startStack(ctx context.Context, url string, opts []nats.Option, replicas int, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
+	st := &stack{url: url, opts: opts}
 	onc, err := st.connect()
 	if err != nil {
 		return st, err
@@ -642,7 +645,7 @@ func startStack(ctx context.Context, url string, replicas int, capacity float64,
 
 // connect opens a connection that close closes.
 func (s *stack) connect() (*nats.Conn, error) {
-	nc, err := nats.Connect(s.url, nats.MaxReconnects(-1))
+	nc, err := nats.Connect(s.url, append([]nats.Option{nats.MaxReconnects(-1)}, s.opts...)...)
 	if err == nil {
 		s.conns = append(s.conns, nc)
 	}

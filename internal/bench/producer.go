@@ -22,6 +22,8 @@ import (
 type ProducerConfig struct {
 	// URL of a NATS server; empty starts an embedded one in a temp dir.
 	URL string
+	// NATSOptions authenticate to the server at URL (see internal/natsconn).
+	NATSOptions []nats.Option
 	// Tasks submitted through a Submitter in the throughput phase. Default 100,000.
 	Tasks int
 	// Calls timed one by one for the Submit latency figures. Default 100,000.
@@ -82,7 +84,7 @@ func Producer(ctx context.Context, cfg ProducerConfig) (ProducerResult, error) {
 		return res, err
 	}
 	defer stop()
-	st, err := startStack(ctx, url, 1, 512, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, url, cfg.NATSOptions, 1, 512, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	})
 	if err != nil {

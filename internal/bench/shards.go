@@ -81,7 +81,7 @@ func shardsRun(ctx context.Context, cfg ShardsConfig, n int) (ShardsRun, error) 
 		return res, err
 	}
 	defer srv.Stop()
-	st, err := startStack(ctx, srv.URL(), 1, cfg.Capacity, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, srv.URL(), nil, 1, cfg.Capacity, log, func(ex *executor.Executor) {
 		ex.HandleShards(TypeShards, executor.Sharded{
 			Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
 				shards := make([]executor.Shard, n)

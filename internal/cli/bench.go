@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -17,14 +18,16 @@ import (
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
 
 // benchTarget returns what the bench commands' --embedded and --mysql-dsn
-// flags choose: the --nats server's URL (empty: an embedded server), the
-// logger and the MySQL DSN (default: env AX_MYSQL_DSN).
-func (g *globals) benchTarget(embedded bool, dsn string) (url string, log *zerolog.Logger, mysqlDSN string) {
+// flags choose: the --nats server's URL and authentication (empty: an
+// embedded server), the logger and the MySQL DSN (default: env AX_MYSQL_DSN).
+func (g *globals) benchTarget(embedded bool, dsn string) (url string, opts []nats.Option, log *zerolog.Logger, mysqlDSN string, err error) {
 	if !embedded {
-		url = g.natsURL
+		if url, opts, err = g.natsTarget(); err != nil {
+			return "", nil, nil, "", err
+		}
 	}
 	l := g.logger()
-	return url, &l, mysqlDSNOrEnv(dsn)
+	return url, opts, &l, mysqlDSNOrEnv(dsn), nil
 }
 
 // benchJSON reports whether a bench command is done after its run: when it
@@ -54,7 +57,10 @@ NATS server (or --nats with --external) and measures two phases:
               submit→start (handler entered) and submit→succeeded (recorded).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.URL, cfg.Logger, cfg.MySQLDSN = g.benchTarget(embedded, dsn)
+			var err error
+			if cfg.URL, cfg.NATSOptions, cfg.Logger, cfg.MySQLDSN, err = g.benchTarget(embedded, dsn); err != nil {
+				return err
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {

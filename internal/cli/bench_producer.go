@@ -25,7 +25,10 @@ NATS server (or --nats with --embedded=false) and measures:
            transactions of 500, then published by one relay (rows/s).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.URL, cfg.Logger, cfg.MySQLDSN = g.benchTarget(embedded, dsn)
+			var err error
+			if cfg.URL, cfg.NATSOptions, cfg.Logger, cfg.MySQLDSN, err = g.benchTarget(embedded, dsn); err != nil {
+				return err
+			}
 			res, err := bench.Producer(cmd.Context(), cfg)
 			if done, err := g.benchJSON(res, err); done {
 				return err

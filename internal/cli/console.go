@@ -73,7 +73,7 @@ needs credentials and every page needs a login.`,
 				return err
 			}
 			defer stop()
-			fmt.Fprintf(g.stdout, "AX console at %s (NATS %s)\n", url, g.natsURL)
+			fmt.Fprintf(g.stdout, "AX console at %s (NATS %s)\n", url, g.natsShown())
 			if len(creds) == 0 {
 				fmt.Fprintf(g.stdout, "  read-only: set %s or %s to allow actions\n", envConsoleToken, envConsoleCredentials)
 			}

@@ -67,7 +67,7 @@ running. See docs/mysql-mirror.md.`,
 				return err
 			}
 			exportMirrorLag(ctx, m, d.reg)
-			log.Info().Str("nats", g.natsURL).Msg("mirror running; Ctrl-C to stop")
+			log.Info().Str("nats", g.natsShown()).Msg("mirror running; Ctrl-C to stop")
 			<-ctx.Done()
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

@@ -45,7 +45,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 				}
 				defer stopMirror(stopCtx)
 			}
-			log.Info().Str("nats", g.natsURL).Msg("orchestrator running; Ctrl-C to stop")
+			log.Info().Str("nats", g.natsShown()).Msg("orchestrator running; Ctrl-C to stop")
 			<-ctx.Done()
 			return o.Stop(stopCtx)
 		},

@@ -60,7 +60,7 @@ MySQL or NATS is down rows wait and the relay retries. See docs/outbox.md.`,
 				return mirror.Explain(err, dsn)
 			}
 			exportRelay(ctx, r, d.reg)
-			log.Info().Str("nats", g.natsURL).Int("schema_version", v).Msg("outbox relay running; Ctrl-C to stop")
+			log.Info().Str("nats", g.natsShown()).Int("schema_version", v).Msg("outbox relay running; Ctrl-C to stop")
 			<-ctx.Done()
 			stopCtx, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancelStop()

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/sdk"
 )
 
@@ -23,7 +24,8 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // globals are the flags every command shares.
 type globals struct {
-	natsURL  string
+	nats     natsconn.Settings  // connection flags (natsflags.go)
+	resolved *natsconn.Resolved // nats resolved once per command
 	logLevel string
 	output   string
 	stdout   io.Writer
@@ -43,7 +45,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.SetArgs(args)
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.natsURL, "nats", envOr("AX_NATS_URL", DefaultNATSURL), "NATS server URL (env AX_NATS_URL)")
+	g.addNATSFlags(pf)
 	pf.StringVar(&g.logLevel, "log-level", envOr("AX_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env AX_LOG_LEVEL)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	for _, c := range commands(g) {
@@ -81,18 +83,28 @@ func (g *globals) logger() zerolog.Logger {
 	return zerolog.New(zerolog.ConsoleWriter{Out: g.stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
 }
 
-// connect dials the configured NATS server.
+// connect dials the configured NATS server with the configured
+// credentials; its error holds no secret.
 func (g *globals) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(g.natsURL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	r, err := g.natsConn()
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (start one with `ax server`, or set --nats)", g.natsURL, err)
+		return nil, err
+	}
+	nc, err := r.Connect(nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return nil, fmt.Errorf("%w (start one with `ax server`, or set --nats)", err)
 	}
 	return nc, nil
 }
 
 // client connects and returns an SDK client that owns the connection.
 func (g *globals) client(ctx context.Context) (*sdk.Client, error) {
-	return sdk.Connect(ctx, g.natsURL, nats.Name("ax-cli"))
+	r, err := g.natsConn()
+	if err != nil {
+		return nil, err
+	}
+	c, err := sdk.Connect(ctx, r.URL, append(r.Options, nats.Name("ax-cli"))...)
+	return c, r.Scrub(err)
 }
 
 // withClient makes a command's RunE that connects an SDK client for fn and

@@ -214,7 +214,9 @@ func (s *Schedule) Next(t time.Time) time.Time {
 	if s.every > 0 {
 		// Truncate counts from the zero time; shift so that multiples of every
 		// are counted from the Unix epoch instead.
-		return t.UTC().Add(-s.phase).Truncate(s.every).Add(s.phase + s.every)
+		// Two Adds: phase + every can overflow a Duration when every is
+		// longer than 146 years (phase < every).
+		return t.UTC().Add(-s.phase).Truncate(s.every).Add(s.phase).Add(s.every)
 	}
 	if s.fixed {
 		return s.nextFixed(t)
