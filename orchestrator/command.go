@@ -21,6 +21,8 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		if err := json.Unmarshal(msg.Data(), &req); err != nil {
 			return o.reply(msg, task.CommandReply{Error: "malformed command: " + err.Error()})
 		}
+		// A reason lands in records and audit events: bounded like an error.
+		req.Reason = task.TruncateError(req.Reason)
 	}
 	var t task.Task
 	var sched *task.Schedule

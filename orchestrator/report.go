@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
 
@@ -20,8 +21,6 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 		o.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed report")
 		return nil
 	}
-	// An error of any size must not make the record too large to store.
-	r.Error = task.TruncateError(r.Error)
 	return o.applyReport(ctx, r)
 }
 
@@ -94,6 +93,14 @@ func (o *Orchestrator) claimedFromCache(r task.Report) (task.Task, uint64, bool)
 // outcome computes a running task's next record from a report.
 func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	now := o.now()
+	// A report comes from outside: its error and inline result are bounded
+	// here too, whatever the executor did.
+	r.Error = task.TruncateError(r.Error)
+	if r.Status == task.OutcomeSucceeded && len(r.Result) > task.InlineResultLimit {
+		r.Status, r.Permanent, r.Result = task.OutcomeFailed, true, nil
+		r.Error = fmt.Sprintf("the report's inline result is over the %d-byte limit (executors store larger results in %s)",
+			task.InlineResultLimit, subject.BucketObjects)
+	}
 	t.UpdatedAt = now
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
