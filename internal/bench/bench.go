@@ -336,47 +336,36 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if cfg.Tasks > 0 {
+	// measured runs a phase and adds it, with what it stored, to res.
+	measured := func(run func() (Phase, error)) error {
 		before, err := marks(ctx, js)
 		if err != nil {
-			return res, err
+			return err
 		}
-		p, err := throughput(ctx, client, &rec, cfg.Tasks)
+		p, err := run()
 		if err != nil {
-			return res, err
+			return err
 		}
 		if err := p.stored(ctx, js, before); err != nil {
-			return res, err
+			return err
 		}
 		res.Phases = append(res.Phases, p)
+		return nil
+	}
+	if cfg.Tasks > 0 {
+		if err := measured(func() (Phase, error) { return throughput(ctx, client, &rec, cfg.Tasks) }); err != nil {
+			return res, err
+		}
 	}
 	if cfg.Rate > 0 && cfg.Duration > 0 {
-		before, err := marks(ctx, js)
-		if err != nil {
+		if err := measured(func() (Phase, error) { return steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed) }); err != nil {
 			return res, err
 		}
-		p, err := steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed)
-		if err != nil {
-			return res, err
-		}
-		if err := p.stored(ctx, js, before); err != nil {
-			return res, err
-		}
-		res.Phases = append(res.Phases, p)
 	}
 	if cfg.Backlog > 0 {
-		before, err := marks(ctx, js)
-		if err != nil {
+		if err := measured(func() (Phase, error) { return backlog(ctx, client, &rec, cfg.Backlog) }); err != nil {
 			return res, err
 		}
-		p, err := backlog(ctx, client, &rec, cfg.Backlog)
-		if err != nil {
-			return res, err
-		}
-		if err := p.stored(ctx, js, before); err != nil {
-			return res, err
-		}
-		res.Phases = append(res.Phases, p)
 	}
 	if mw != nil {
 		st, err := mw.finish(ctx)
