@@ -10,7 +10,6 @@ import (
 
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/testenv"
-	"github.com/ax-run/ax/internal/topology"
 )
 
 func TestAddListForget(t *testing.T) {
@@ -18,10 +17,7 @@ func TestAddListForget(t *testing.T) {
 	srv := testenv.NATS(t)
 	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
 	ctx := testenv.Context(t, 30*time.Second)
-	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := edges.New(ctx, js)
+	e, err := edges.New(ctx, js) // testenv.NATS created the streams
 	if err != nil {
 		t.Fatal(err)
 	}
