@@ -165,37 +165,8 @@ func (nc *natsCluster) URLs(first int) string {
 
 // start starts a node's process (again) on its ports and store.
 func (nc *natsCluster) start(n *natsNode) {
-	startBinary(n.proc, nc.bin)
+	n.proc.startBinary(nc.bin)
 	n.paused = false
-}
-
-// startBinary starts p like proc.start, but runs bin instead of ax.
-func startBinary(p *proc, bin string) {
-	t := p.c.t
-	t.Helper()
-	if p.alive() {
-		t.Fatalf("start %s: already running", p.name)
-	}
-	p.starts++
-	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatalf("start %s: %v", p.name, err)
-	}
-	defer log.Close()
-	fmt.Fprintf(log, "===== %s start #%d at %s: %s %s\n", p.name, p.starts, time.Now().Format("15:04:05.000"), filepath.Base(bin), strings.Join(p.args, " "))
-	cmd := exec.Command(bin, p.args...)
-	cmd.Stderr = log
-	cmd.Stdout = log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", p.name, err)
-	}
-	r := &run{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		r.err = cmd.Wait()
-		close(r.done)
-	}()
-	p.cur, p.stopped = r, false
 }
 
 // healthy asks a node's monitoring endpoint whether JetStream is healthy

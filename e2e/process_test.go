@@ -139,6 +139,12 @@ func (c *cluster) newProc(name string, args ...string) *proc {
 
 // start starts the process (again).
 func (p *proc) start() {
+	p.c.t.Helper()
+	p.startBinary(axBin)
+}
+
+// startBinary starts p running bin (ax, or a nats-server build).
+func (p *proc) startBinary(bin string) {
 	t := p.c.t
 	t.Helper()
 	if p.alive() {
@@ -150,8 +156,8 @@ func (p *proc) start() {
 		t.Fatalf("start %s: %v", p.name, err)
 	}
 	defer log.Close()
-	fmt.Fprintf(log, "===== %s start #%d at %s: ax %s\n", p.name, p.starts, time.Now().Format("15:04:05.000"), strings.Join(p.args, " "))
-	cmd := exec.Command(axBin, p.args...)
+	fmt.Fprintf(log, "===== %s start #%d at %s: %s %s\n", p.name, p.starts, time.Now().Format("15:04:05.000"), filepath.Base(bin), strings.Join(p.args, " "))
+	cmd := exec.Command(bin, p.args...)
 	cmd.Stderr = log
 	cmd.Stdout = log
 	cmd.SysProcAttr = sysProcAttr()
