@@ -12,7 +12,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/codec"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -32,7 +31,7 @@ type execution struct {
 // its cost against capacity until it is done.
 func (e *Executor) start(msg jetstream.Msg) {
 	var d task.Dispatch
-	if err := codec.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" || d.Revision == 0 {
+	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" || d.Revision == 0 {
 		e.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed dispatch")
 		_ = msg.Term()
 		return
@@ -341,7 +340,7 @@ var errRunningElsewhere = errors.New("task is running elsewhere")
 // (the lease is kept meanwhile) until it is stored or the executor is
 // stopped for good.
 func (e *Executor) report(r task.Report) error {
-	data, err := codec.Marshal(r)
+	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/ax-run/ax/internal/codec"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -198,7 +197,7 @@ func mayBeWatched(t task.Task) bool {
 // see sweep.go) and arms its timers. The dispatch goes out first, so a task
 // starts one round trip sooner.
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
-	data, err := codec.Marshal(task.Dispatch{Task: t, Revision: rev})
+	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev})
 	if err != nil {
 		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
 	}

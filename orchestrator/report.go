@@ -2,13 +2,13 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/codec"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -17,7 +17,7 @@ import (
 // handleReport applies an executor's report of an attempt.
 func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) error {
 	var r task.Report
-	if err := codec.Unmarshal(msg.Data(), &r); err != nil || r.ID == "" || r.ExecutionID == "" {
+	if err := json.Unmarshal(msg.Data(), &r); err != nil || r.ID == "" || r.ExecutionID == "" {
 		o.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed report")
 		return nil
 	}

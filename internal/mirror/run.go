@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -9,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/codec"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -167,7 +167,7 @@ func (m *Mirror) decode(msgs []jetstream.Msg) ([]record, []jetstream.Msg) {
 // decodeRecord parses one AX_TASKS message.
 func decodeRecord(seq uint64, subj string, data []byte) (record, error) {
 	var ev task.Event
-	if err := codec.Unmarshal(data, &ev); err != nil {
+	if err := json.Unmarshal(data, &ev); err != nil {
 		return record{}, err
 	}
 	id := subject.TaskID(subj)

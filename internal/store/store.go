@@ -10,6 +10,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -17,7 +18,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/codec"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -71,7 +71,7 @@ func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error)
 		return task.Event{}, 0, fmt.Errorf("get task %s: %w", id, err)
 	}
 	var ev task.Event
-	if err := codec.Unmarshal(msg.Data, &ev); err != nil {
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
 		return task.Event{}, 0, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
 	}
 	return ev, msg.Sequence, nil
@@ -88,7 +88,7 @@ func (s *Store) Write(ctx context.Context, ev task.Event, expected uint64) (uint
 		// Revision 0 means "create": only a creation may expect it.
 		return 0, fmt.Errorf("write task %s: a change from %q needs the task's revision", ev.Task.ID, ev.From)
 	}
-	data, err := codec.Marshal(ev)
+	data, err := json.Marshal(ev)
 	if err != nil {
 		return 0, fmt.Errorf("encode event for task %s: %w", ev.Task.ID, err)
 	}
@@ -146,7 +146,7 @@ func (s *Store) History(ctx context.Context, id string) ([]Revisioned, error) {
 			return out, fmt.Errorf("read history of %s: %w", id, err)
 		}
 		var ev task.Event
-		if err := codec.Unmarshal(msg.Data(), &ev); err != nil {
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
 			return out, fmt.Errorf("decode history of %s at %d: %w", id, md.Sequence.Stream, err)
 		}
 		out = append(out, Revisioned{Revision: md.Sequence.Stream, Event: ev})
