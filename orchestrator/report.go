@@ -49,6 +49,13 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		if err != nil {
 			return err
 		}
+		if r.ClaimRevision > 0 && rev < r.ClaimRevision {
+			// The executor's claim wrote a later revision than the one read:
+			// the read was served by a stream leader that was behind (one
+			// cut off by a partition, not yet aware it lost leadership).
+			// Ignoring the report on it would strand the task: read again.
+			return fmt.Errorf("report of %s: read revision %d, older than its claim at %d (a stale read); trying again", r.ID, rev, r.ClaimRevision)
+		}
 		if t.ExecutionID != r.ExecutionID {
 			o.log.Info().Str("task_id", r.ID).Str("execution_id", r.ExecutionID).
 				Str("current_execution_id", t.ExecutionID).Msg("ignoring result of a superseded attempt")

@@ -117,6 +117,10 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 		case t.State == task.Retrying && t.Attempt == f.Attempt:
 		case t.State == task.Ready && t.Attempt == f.Attempt+1:
 			return nil, "", o.dispatch(ctx, t, rev) // replay after a crash
+		case !t.State.Terminal() && t.Attempt <= f.Attempt:
+			// Older than the retrying record that armed this timer: a
+			// stale leader answered. Ignoring the timer would strand it.
+			return nil, "", fmt.Errorf("retry of %s: read %s at attempt %d, before the retry of attempt %d (a stale read); trying again", t.ID, t.State, t.Attempt, f.Attempt)
 		default:
 			return nil, "", nil // cancelled, re-driven or already handled
 		}
