@@ -27,7 +27,7 @@ func randFloat() float64 { return rand.Float64() }
 // Orchestrator runs the orchestrator's consumers. Create it with New, then
 // Start and Stop it; both are idempotent.
 type Orchestrator struct {
-	cfg   Config
+	cfg   config
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	log   zerolog.Logger
@@ -73,13 +73,13 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if nc == nil {
 		return nil, errors.New("orchestrator: nil NATS connection")
 	}
-	cfg = cfg.withDefaults()
+	c := cfg.withDefaults()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: newDispatchCache(cfg.DispatchCacheBytes), gate: newGate(cfg.Breaker), metrics: metrics.NewOrchestrator(cfg.Metrics),
-		log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
+	return &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), metrics: metrics.NewOrchestrator(c.Metrics),
+		log: c.Logger.With().Str("node", c.NodeID).Logger()}, nil
 }
 
 // Start creates the topology and consumers and starts consuming. It returns

@@ -255,7 +255,7 @@ func (c *Client) rejection(ctx context.Context, id string) (*task.Rejection, err
 }
 
 // History returns every event of a task, oldest first.
-func (c *Client) History(ctx context.Context, id string) ([]store.Revisioned, error) {
+func (c *Client) History(ctx context.Context, id string) ([]task.HistoryEntry, error) {
 	h, err := c.store.History(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)

@@ -16,7 +16,6 @@ import (
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -47,7 +46,7 @@ func brokenShard(i int) bool { return i == 4 || i == 9 || i == 10 }
 func setup(t *testing.T) fixture {
 	t.Helper()
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
 	ex.HandleShards(typeSplit, executor.Sharded{

@@ -23,7 +23,6 @@ import (
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/subject"
-	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -610,7 +609,7 @@ func startStack(ctx context.Context, url string, opts []nats.Option, replicas in
 	if err != nil {
 		return st, err
 	}
-	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log, Topology: topology.Options{Replicas: replicas}}); err == nil {
+	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log, Topology: orchestrator.TopologyOptions{Replicas: replicas}}); err == nil {
 		err = st.orch.Start(ctx)
 	}
 	if err != nil {

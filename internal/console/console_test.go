@@ -24,7 +24,6 @@ import (
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
@@ -60,7 +59,7 @@ type fixture struct {
 func setup(t *testing.T, withMySQL bool) *fixture {
 	t.Helper()
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
 	broken := &atomic.Bool{}

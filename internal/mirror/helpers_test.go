@@ -21,7 +21,6 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/demo"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
@@ -41,7 +40,7 @@ func startStack(t *testing.T) stack {
 	t.Helper()
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{
-		Retry: retry.Policy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+		Retry: orchestrator.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 	})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
