@@ -239,7 +239,7 @@ func TestFailureCancelsDownstreamTransitively(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 30*time.Second)
 	a := newSpec("a", "bad")
-	a.MaxRetries = 1
+	a.MaxRetries = new(1)
 	if _, err := c.SubmitGraph(ctx, []task.Spec{a, newSpec("b", "ok", "a"), newSpec("c", "ok", "b"), newSpec("d", "ok", "b", "c")}); err != nil {
 		t.Fatal(err)
 	}

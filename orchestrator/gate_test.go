@@ -125,7 +125,7 @@ func TestCircuitBreakerHoldsProbesAndCloses(t *testing.T) {
 	var specs []task.Spec
 	for i := range 8 {
 		s := newSpec(fmt.Sprint("charge-", i), "charge")
-		s.MaxRetries = 20
+		s.MaxRetries = new(20)
 		specs = append(specs, s)
 	}
 	if _, err := c.SubmitMany(ctx, specs); err != nil {

@@ -192,7 +192,7 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 // at by many watches at once, and one count answers for all of them. An
 // empty level is never remembered.
 func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task) (bool, error) {
-	subj := subject.Ready(t.Capability, t.Priority)
+	subj := subject.Ready(t.Capability, t.PriorityLevel())
 	if o.levels.recent(subj, o.now()) {
 		return true, nil
 	}

@@ -132,7 +132,7 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 		t.State = task.Failed
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("attempt %d failed permanently: %s", t.Attempt, r.Error)
-	case t.Attempt > t.MaxRetries:
+	case t.Attempt > t.RetryLimit():
 		t.State = task.Failed
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("retries exhausted after %d attempts: %s", t.Attempt, r.Error)

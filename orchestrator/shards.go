@@ -116,11 +116,11 @@ func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok
 // state if it exists.
 func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int, s task.ShardSpec) error {
 	spec := task.Spec{ID: task.ShardID(parent.ID, n), Type: parent.Type, Payload: s.Payload,
-		Priority: parent.Priority, Capability: parent.Capability, MaxRetries: parent.MaxRetries,
+		Priority: new(parent.PriorityLevel()), Capability: parent.Capability, MaxRetries: new(parent.RetryLimit()),
 		Timeout: parent.Timeout, EstimatedCost: task.DefaultEstimatedCost,
 		DispatchTimeout: parent.DispatchTimeout, MaxDispatches: parent.MaxDispatches}
 	if s.Priority != nil {
-		spec.Priority = *s.Priority
+		spec.Priority = new(*s.Priority)
 	}
 	if s.Capability != "" {
 		spec.Capability = s.Capability

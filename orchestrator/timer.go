@@ -130,7 +130,7 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 			}
 		}
 		next := o.readyNext(t, t.Attempt+1)
-		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries), nil
+		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.RetryLimit()), nil
 	})
 	return ignoreNotFound(err)
 }

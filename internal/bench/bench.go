@@ -541,7 +541,7 @@ func backlog(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) (Ph
 		batch := specs(min(chunk, n-sent), prefix, &seq)
 		ids := make([]string, len(batch))
 		for i := range batch {
-			batch[i].Priority = 5
+			batch[i].Priority = new(5)
 			ids[i] = batch[i].ID
 		}
 		r.expect(ids)
@@ -550,7 +550,7 @@ func backlog(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) (Ph
 		}
 	}
 	u := specs(1, prefix+"urgent-", &seq)[0]
-	u.Priority = 0
+	u.Priority = new(0)
 	u.Payload = []byte(`{"t":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `,"u":true}`)
 	r.expect([]string{u.ID})
 	if _, err := c.Submit(ctx, u); err != nil {

@@ -49,11 +49,11 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 		mirrorDone <- code
 	}()
 
-	flaky, err := c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), Priority: 1, MaxRetries: 2})
+	flaky, err := c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), Priority: new(1), MaxRetries: new(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	failing, err := c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: 1, MaxRetries: 0})
+	failing, err := c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: new(1), MaxRetries: new(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

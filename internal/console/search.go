@@ -205,8 +205,8 @@ func rowFromTask(t task.Task) Row {
 	if n := len(t.Errors); n > 0 && (t.State == task.Failed || t.State == task.Retrying) {
 		note = t.Errors[n-1].Error
 	}
-	return Row{ID: t.ID, Type: t.Type, State: string(t.State), Priority: t.Priority, Capability: t.Capability, Attempt: t.Attempt,
-		MaxRetries: t.MaxRetries, Executor: t.Executor, Note: note, Updated: t.UpdatedAt, Since: t.UpdatedAt}
+	return Row{ID: t.ID, Type: t.Type, State: string(t.State), Priority: t.PriorityLevel(), Capability: t.Capability, Attempt: t.Attempt,
+		MaxRetries: t.RetryLimit(), Executor: t.Executor, Note: note, Updated: t.UpdatedAt, Since: t.UpdatedAt}
 }
 
 // searchResult is a page of rows and where they came from.
@@ -357,7 +357,7 @@ func matches(p searchParams, t task.Task) bool {
 		p.Type != "" && t.Type != p.Type,
 		p.State != "" && string(t.State) != p.State,
 		p.Capability != "" && t.Capability != p.Capability,
-		p.Priority >= 0 && t.Priority != p.Priority,
+		p.Priority >= 0 && t.PriorityLevel() != p.Priority,
 		!p.From.IsZero() && t.UpdatedAt.Before(p.From),
 		!p.To.IsZero() && !t.UpdatedAt.Before(p.To):
 		return false
