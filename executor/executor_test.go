@@ -89,7 +89,7 @@ func TestPriorityShareFollowsWeights(t *testing.T) {
 		counts[lvl]++
 	}
 	mu.Unlock()
-	for lvl, w := range executor.DefaultWeights {
+	for lvl, w := range executor.DefaultWeights() {
 		share := 100 * float64(counts[lvl]) / sample
 		if math.Abs(share-float64(w)) > 5 {
 			t.Errorf("p%d: %.1f%% of starts, weight %d%% (±5): counts %v", lvl, share, w, counts)

@@ -74,7 +74,7 @@ func parseSearch(q url.Values) (searchParams, error) {
 		bad("type %q is not a valid task type", p.Type)
 	}
 	if p.State != "" && !task.State(p.State).Valid() {
-		bad("state %q is not one of %v", p.State, task.States)
+		bad("state %q is not one of %v", p.State, task.States())
 	}
 	if p.Capability != "" && !task.ValidCapability(p.Capability) {
 		bad("capability %q is not a valid capability", p.Capability)
@@ -460,7 +460,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, v *visit) 
 		return "/tasks?" + q.Encode()
 	}
 	data := map[string]any{
-		"Title": "Tasks", "P": p, "R": res, "States": task.States, "Query": p.values().Encode(), "Self": "/tasks?" + p.values().Encode(),
+		"Title": "Tasks", "P": p, "R": res, "States": task.States(), "Query": p.values().Encode(), "Self": "/tasks?" + p.values().Encode(),
 		"Prev": "", "Next": "", "SortUpdated": sortLink(audit.SortUpdated), "SortID": sortLink(audit.SortID),
 		"SortSince": sortLink(audit.SortStateSince), "Empty": p.empty(),
 		"From": fmtInput(p.From), "To": fmtInput(p.To), "Failed": p.State == string(task.Failed), "MaxBulk": maxBulk,

@@ -110,7 +110,7 @@ func ProgressLine(elapsed time.Duration, counts map[task.State]int) string {
 	if n := counts["submitted"]; n > 0 {
 		fmt.Fprintf(&b, " submitted %d |", n)
 	}
-	for i, s := range task.States {
+	for i, s := range task.States() {
 		if i > 0 {
 			b.WriteString(" |")
 		}
