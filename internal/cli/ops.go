@@ -145,7 +145,11 @@ func statusCmd(g *globals) *cobra.Command {
 				}
 			}
 			if g.jsonOutput() {
-				return g.printJSON(map[string]any{"task": t, "history": h, "shards": shards})
+				out := map[string]any{"task": t, "history": h}
+				if shards != nil {
+					out["shards"] = shards
+				}
+				return g.printJSON(out)
 			}
 			printTask(g, t)
 			if shards != nil {

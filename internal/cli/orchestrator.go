@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/breaker"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/orchestrator"
 )
@@ -63,9 +62,9 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.IntVar(&cfg.Workers, "workers", orchestrator.DefaultWorkers, "messages handled concurrently per consumer")
 	f.DurationVar(&cfg.AckWait, "ack-wait", orchestrator.DefaultAckWait, "how long a message held by an orchestrator that died waits before another takes it")
 	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes (default 256 KiB)")
-	f.DurationVar(&cfg.Retry.Base, "retry-base", retry.DefaultBase, "delay before the first retry")
-	f.Float64Var(&cfg.Retry.Factor, "retry-factor", retry.DefaultFactor, "backoff multiplier per retry")
-	f.DurationVar(&cfg.Retry.Max, "retry-max", retry.DefaultMax, "largest backoff delay before jitter")
+	f.DurationVar(&cfg.Retry.Base, "retry-base", orchestrator.DefaultRetryBase, "delay before the first retry")
+	f.Float64Var(&cfg.Retry.Factor, "retry-factor", orchestrator.DefaultRetryFactor, "backoff multiplier per retry")
+	f.DurationVar(&cfg.Retry.Max, "retry-max", orchestrator.DefaultRetryMax, "largest backoff delay before jitter")
 	f.IntVar(&cfg.Topology.Replicas, "replicas", 0, "stream replicas, e.g. 3 on a NATS cluster (0 keeps the streams' count, 1 for new ones; lowering it is refused: use `ax topology --replicas N`)")
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
 	f.DurationVar(&cfg.Topology.TaskHistoryMaxAge, "history-max-age", 0, "remove a finished task's history this long after it finished (0: keep for ever); unfinished tasks are never removed")
