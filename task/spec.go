@@ -148,8 +148,10 @@ type wireSpec struct {
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
-// the wrong type are errors) and fills defaults. It does not validate; call
-// Validate for that.
+// the wrong type are errors, naming the field) and fills the defaults of
+// absent fields. An explicit timeout or estimated_cost must be positive (the
+// wire contract; leave the field out for its default). It does not
+// otherwise validate; call Validate for that.
 func DecodeSpec(data []byte) (Spec, error) {
 	var w wireSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -160,12 +162,16 @@ func DecodeSpec(data []byte) (Spec, error) {
 	if dec.More() {
 		return Spec{}, errors.New("decode task spec: trailing data after the JSON object")
 	}
+	switch {
+	case w.Timeout != nil && *w.Timeout <= 0:
+		return Spec{}, &ValidationError{"timeout", "must be positive"}
+	case w.EstimatedCost != nil && !(*w.EstimatedCost > 0):
+		return Spec{}, &ValidationError{"estimated_cost", fmt.Sprintf("%v must be a positive number", *w.EstimatedCost)}
+	}
 	return w.spec(), nil
 }
 
-// spec converts a decoded wire spec. An absent field gets its default; an
-// explicit timeout or estimated_cost is taken as given (so "timeout": "0s"
-// is rejected by Validate instead of silently meaning the default).
+// spec converts a decoded wire spec: an absent field gets its default.
 func (w wireSpec) spec() Spec {
 	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Priority: w.Priority, Capability: w.Capability,
 		DependsOn: w.DependsOn, MaxRetries: w.MaxRetries,
@@ -180,9 +186,7 @@ func (w wireSpec) spec() Spec {
 	if w.EstimatedCost != nil {
 		s.EstimatedCost = *w.EstimatedCost
 	}
-	timeout, cost := s.Timeout, s.EstimatedCost // an explicit zero stays, for Validate to refuse
 	s.Normalize()
-	s.Timeout, s.EstimatedCost = timeout, cost
 	return s
 }
 
@@ -261,12 +265,16 @@ func ValidType(t string) bool { return typePattern.MatchString(t) }
 // ValidCapability reports whether c can name a capability (one subject token).
 func ValidCapability(c string) bool { return tokenPattern.MatchString(c) }
 
-// ValidationError says why a spec was rejected.
+// ValidationError says why a spec was rejected. Test for it with
+// errors.As; its Error is "<field>: <reason>".
 type ValidationError struct {
-	Field  string
+	// Field is the JSON name of the field at fault, such as "priority".
+	Field string
+	// Reason says what is wrong with its value.
 	Reason string
 }
 
+// Error returns "<field>: <reason>".
 func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
 
 // Validate checks a spec; unset fields count as their defaults (call
@@ -289,13 +297,13 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"type", fmt.Sprintf("%q is not dot-separated tokens of [A-Za-z0-9_-]", s.Type)}
 	case s.PriorityLevel() < 0 || s.PriorityLevel() > MaxPriority:
 		return &ValidationError{"priority", fmt.Sprintf("%d is out of range 0..%d", s.PriorityLevel(), MaxPriority)}
-	case !ValidCapability(s.Capability):
+	case s.Capability != "" && !ValidCapability(s.Capability):
 		return &ValidationError{"capability", fmt.Sprintf("%q is not one token of [A-Za-z0-9_-]", s.Capability)}
 	case s.RetryLimit() < 0 || s.RetryLimit() > MaxRetriesLimit:
 		return &ValidationError{"max_retries", fmt.Sprintf("%d is out of range 0..%d", s.RetryLimit(), MaxRetriesLimit)}
-	case s.Timeout <= 0:
+	case s.Timeout < 0:
 		return &ValidationError{"timeout", "must be positive"}
-	case !(s.EstimatedCost > 0) || s.EstimatedCost > 1e9:
+	case !(s.EstimatedCost >= 0) || s.EstimatedCost > 1e9:
 		return &ValidationError{"estimated_cost", fmt.Sprintf("%v must be a positive number", s.EstimatedCost)}
 	case len(s.Payload) > maxPayload:
 		return &ValidationError{"payload", fmt.Sprintf("%d bytes exceeds the limit of %d", len(s.Payload), maxPayload)}

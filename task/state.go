@@ -102,9 +102,12 @@ func CanTransition(from, to State) bool {
 
 // ErrInvalidTransition is returned when a transition is not in the table.
 type ErrInvalidTransition struct {
+	// From is the task's state ("" when it was being created); To the
+	// state it was asked to move to.
 	From, To State
 }
 
+// Error names the refused move, such as "invalid transition succeeded -> ready".
 func (e *ErrInvalidTransition) Error() string {
 	from := string(e.From)
 	if from == "" {
