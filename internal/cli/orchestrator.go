@@ -6,8 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ax-run/ax/internal/breaker"
-	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/orchestrator"
 )
 
@@ -72,12 +70,12 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", orchestrator.DefaultReconcileInterval, "how long an unfinished task may stand still before the reconciler first looks at it")
 	f.DurationVar(&cfg.ReconcileMaxInterval, "reconcile-max-interval", orchestrator.DefaultReconcileMaxInterval, "longest gap between the reconciler's looks at a task that stands still")
 	f.DurationVar(&cfg.RunGrace, "run-grace", orchestrator.DefaultRunGrace, "how long past start + timeout a running task with no live lease is given before its attempt fails with 'lease expired'")
-	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", window.DefaultLimit, "retries of one task type that may start per --retry-window")
-	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", window.DefaultWidth, "window of the retry budget")
-	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", breaker.DefaultThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")
-	f.IntVar(&cfg.Breaker.MinVolume, "breaker-min-volume", breaker.DefaultMinVolume, "attempts in the window before a breaker may open")
-	f.DurationVar(&cfg.Breaker.Window, "breaker-window", breaker.DefaultWindow, "sliding window of a breaker")
-	f.DurationVar(&cfg.Breaker.Cooldown, "breaker-cooldown", breaker.DefaultCooldown, "how long an open breaker holds tasks before probing")
-	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", breaker.DefaultProbes, "tasks let through while half-open")
-	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", breaker.DefaultProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
+	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", orchestrator.DefaultRetryBudgetLimit, "retries of one task type that may start per --retry-window")
+	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", orchestrator.DefaultRetryBudgetWidth, "window of the retry budget")
+	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", orchestrator.DefaultBreakerThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")
+	f.IntVar(&cfg.Breaker.MinVolume, "breaker-min-volume", orchestrator.DefaultBreakerMinVolume, "attempts in the window before a breaker may open")
+	f.DurationVar(&cfg.Breaker.Window, "breaker-window", orchestrator.DefaultBreakerWindow, "sliding window of a breaker")
+	f.DurationVar(&cfg.Breaker.Cooldown, "breaker-cooldown", orchestrator.DefaultBreakerCooldown, "how long an open breaker holds tasks before probing")
+	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", orchestrator.DefaultBreakerProbes, "tasks let through while half-open")
+	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", orchestrator.DefaultBreakerProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
 }
