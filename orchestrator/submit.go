@@ -105,7 +105,7 @@ func derivedID(msg jetstream.Msg) string {
 func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error {
 	g, err := task.DecodeGraph(msg.Data())
 	if err != nil {
-		return o.reject(ctx, "", msg, err)
+		return o.rejectGraph(ctx, graphIDs(msg.Data()), msg, err)
 	}
 	sorted, err := g.Sorted(o.cfg.MaxPayload)
 	if err != nil {
