@@ -2,11 +2,11 @@ package orchestrator
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/retry"
@@ -90,8 +90,10 @@ type Config struct {
 	// Metrics registers the orchestrator's Prometheus metrics (names in
 	// internal/metrics). Default nil: none.
 	Metrics prometheus.Registerer
-	// Logger receives structured logs. Default: disabled.
-	Logger *zerolog.Logger
+	// Logger receives structured logs (keys in snake_case: task_id,
+	// execution_id, type…); every record carries the orchestrator's node id
+	// as "node". Default nil: no logs.
+	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Random returns uniform numbers in [0,1) for retry jitter. Default math/rand/v2.
@@ -146,8 +148,7 @@ func (c Config) withDefaults() config {
 		c.RunGrace = DefaultRunGrace
 	}
 	if c.Logger == nil {
-		l := zerolog.Nop()
-		c.Logger = &l
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

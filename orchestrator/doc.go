@@ -35,6 +35,7 @@
 //	import (
 //		"context"
 //		"log"
+//		"log/slog"
 //		"os"
 //		"os/signal"
 //		"time"
@@ -53,6 +54,7 @@
 //		}
 //		defer nc.Close()
 //		o, err := orchestrator.New(nc, orchestrator.Config{
+//			Logger: slog.Default(),
 //			// Retries wait 2s, 4s, 8s … (at most 5m), plus up to 50 % jitter.
 //			Retry: orchestrator.RetryPolicy{Base: 2 * time.Second, Max: 5 * time.Minute},
 //			// At most 10 retries of email.send start per second.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -474,7 +475,7 @@ func TestStartWaitsOutJetStream(t *testing.T) {
 	srv.Stop()
 	var logs syncBuffer
 	l := zerolog.New(&logs)
-	o, err := orchestrator.New(nc, orchestrator.Config{Logger: &l})
+	o, err := orchestrator.New(nc, orchestrator.Config{Logger: slog.New(zerolog.NewSlogHandler(l))})
 	if err != nil {
 		t.Fatal(err)
 	}

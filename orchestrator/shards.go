@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 
@@ -108,7 +109,7 @@ func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok
 		}
 		return false, fmt.Errorf("register shards of %s: %w", parent.ID, err)
 	}
-	o.log.Debug().Str("task_id", parent.ID).Int("shards", len(plan.Shards)).Msg("shards registered")
+	o.log.Debug("shards registered", slog.String("task_id", parent.ID), slog.Int("shards", len(plan.Shards)))
 	return true, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -609,7 +610,7 @@ func startStack(ctx context.Context, url string, opts []nats.Option, replicas in
 	if err != nil {
 		return st, err
 	}
-	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log, Topology: orchestrator.TopologyOptions{Replicas: replicas}}); err == nil {
+	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: slog.New(zerolog.NewSlogHandler(log)), Topology: orchestrator.TopologyOptions{Replicas: replicas}}); err == nil {
 		err = st.orch.Start(ctx)
 	}
 	if err != nil {

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/orchestrator"
@@ -23,7 +25,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer d.stop()
 			log, nc, reg := d.log, d.nc, d.reg
-			cfg.Logger, cfg.Metrics = &log, registerer(reg)
+			cfg.Logger, cfg.Metrics = slog.New(zerolog.NewSlogHandler(log)), registerer(reg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
 				return err
