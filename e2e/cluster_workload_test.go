@@ -59,9 +59,9 @@ func (b *clusterBuilder) add(id, typ string, p demo.Params, deps ...string) task
 	}
 	s.ID = clusterPrefix + "-" + id
 	s.DependsOn = deps
-	s.Priority = b.rng.IntN(task.Levels)
+	s.Priority = new(b.rng.IntN(task.Levels))
 	if typ == demo.TypeFail {
-		s.MaxRetries = 1
+		s.MaxRetries = new(1)
 	}
 	b.w.tasks[s.ID] = &planned{spec: s, failTimes: p.FailTimes}
 	b.w.order = append(b.w.order, s.ID)

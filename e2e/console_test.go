@@ -79,26 +79,26 @@ func TestConsoleBrowser(t *testing.T) {
 	for i := range 3 {
 		reports = append(reports, fmt.Sprintf("report-%d-%s", i, task.NewID()))
 	}
-	graph := []task.Spec{{ID: src, Type: demo.TypeNoop, Priority: 1, Capability: "default", MaxRetries: 1}}
+	graph := []task.Spec{{ID: src, Type: demo.TypeNoop, Priority: new(1), Capability: "default", MaxRetries: new(1)}}
 	for _, id := range reports {
-		graph = append(graph, task.Spec{ID: id, Type: typeReport, Priority: 1, Capability: "reports", MaxRetries: 1,
+		graph = append(graph, task.Spec{ID: id, Type: typeReport, Priority: new(1), Capability: "reports", MaxRetries: new(1),
 			DependsOn: []string{src}, Payload: []byte(`{"day":"2026-11-29"}`)})
 	}
-	graph = append(graph, task.Spec{ID: mail, Type: demo.TypeNoop, Priority: 2, Capability: "default", DependsOn: []string{reports[0]}})
+	graph = append(graph, task.Spec{ID: mail, Type: demo.TypeNoop, Priority: new(2), Capability: "default", DependsOn: []string{reports[0]}})
 	if _, err := cl.SubmitGraph(ctx, graph); err != nil {
 		t.Fatal(err)
 	}
 	var others []task.Spec
 	for i := range 12 {
-		others = append(others, task.Spec{Type: demo.TypeSleep, Priority: i % 6, Capability: "default", MaxRetries: 1,
+		others = append(others, task.Spec{Type: demo.TypeSleep, Priority: new(i % 6), Capability: "default", MaxRetries: new(1),
 			Payload: []byte(`{"sleep":"30ms"}`)})
 	}
-	others = append(others, task.Spec{Type: demo.TypeFlaky, Priority: 2, Capability: "default", MaxRetries: 3, Payload: []byte(`{"fail_times":2}`)})
+	others = append(others, task.Spec{Type: demo.TypeFlaky, Priority: new(2), Capability: "default", MaxRetries: new(3), Payload: []byte(`{"fail_times":2}`)})
 	if _, err := cl.SubmitMany(ctx, others); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.CreateSchedule(ctx, task.Schedule{Name: "nightly-report", Cron: "0 2 * * *", TimeZone: "Europe/Berlin",
-		Template: task.Spec{Type: typeReport, Priority: 2, Capability: "reports", MaxRetries: 1}}); err != nil {
+		Template: task.Spec{Type: typeReport, Priority: new(2), Capability: "reports", MaxRetries: new(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range reports {

@@ -70,6 +70,10 @@ func badInputs() []badInput {
 			{"id":"m-gdup-a","type":"demo.noop"},
 			{"id":"m-gdup-a","type":"demo.noop"}]}`),
 			[]string{"m-gdup-a"}, []string{"graph rejected", "appears twice"}},
+		{"graph task with a bad duration", subject.GraphSubmit, []byte(`{"tasks":[
+			{"id":"m-gdur-a","type":"demo.noop"},
+			{"id":"m-gdur-b","type":"demo.noop","timeout":"0s","depends_on":["m-gdur-a"]}]}`),
+			[]string{"m-gdur-a", "m-gdur-b"}, []string{"graph rejected", "graph task 1", "timeout"}},
 		{"graph invalid JSON", subject.GraphSubmit, []byte(`{"tasks":[{"id":"m-gjson-a",`), nil, []string{"decode graph"}},
 		{"empty graph", subject.GraphSubmit, []byte(`{"tasks":[]}`), nil, []string{"graph is empty"}},
 	}

@@ -170,12 +170,12 @@ func (b *builder) spec(id, typ string, failTimes int, deps ...string) task.Spec 
 	}
 	s.ID = b.w.prefix + "-" + id
 	s.DependsOn = deps
-	s.Priority = b.rng.IntN(task.Levels)
+	s.Priority = new(b.rng.IntN(task.Levels))
 	if b.rng.IntN(10) == 0 {
 		s.Capability = "alt"
 	}
 	if typ == demo.TypeFail {
-		s.MaxRetries = 1
+		s.MaxRetries = new(1)
 	}
 	b.w.tasks[s.ID] = &planned{spec: s, failTimes: failTimes}
 	b.w.order = append(b.w.order, s.ID)

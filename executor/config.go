@@ -22,8 +22,9 @@ const (
 	DefaultMaxTakeovers = 3
 )
 
-// DefaultWeights are the pull weights of priorities p0…p5.
-var DefaultWeights = [task.Levels]int{40, 25, 15, 10, 6, 4}
+// DefaultWeights returns the pull weights of priorities p0…p5: 40, 25, 15,
+// 10, 6, 4.
+func DefaultWeights() [task.Levels]int { return [task.Levels]int{40, 25, 15, 10, 6, 4} }
 
 // Config configures an Executor. The zero value is usable.
 type Config struct {
@@ -80,7 +81,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Capacity = DefaultCapacity
 	}
 	if c.Weights == ([task.Levels]int{}) {
-		c.Weights = DefaultWeights
+		c.Weights = DefaultWeights()
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait

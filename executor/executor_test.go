@@ -49,7 +49,7 @@ func spec(t *testing.T, id, typ string, prio int, capability string) task.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ID, s.Priority, s.Capability = id, prio, capability
+	s.ID, s.Priority, s.Capability = id, new(prio), capability
 	return s
 }
 
@@ -89,7 +89,7 @@ func TestPriorityShareFollowsWeights(t *testing.T) {
 		counts[lvl]++
 	}
 	mu.Unlock()
-	for lvl, w := range executor.DefaultWeights {
+	for lvl, w := range executor.DefaultWeights() {
 		share := 100 * float64(counts[lvl]) / sample
 		if math.Abs(share-float64(w)) > 5 {
 			t.Errorf("p%d: %.1f%% of starts, weight %d%% (±5): counts %v", lvl, share, w, counts)
@@ -396,7 +396,7 @@ func TestCrashLoopIsFailedNotRunForever(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, time.Minute)
 	s := spec(t, "poison", "poison", 2, "default")
-	s.MaxRetries = 0
+	s.MaxRetries = new(0)
 	if _, err := c.Submit(ctx, s); err != nil {
 		t.Fatal(err)
 	}

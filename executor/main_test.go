@@ -6,10 +6,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ax-run/ax/internal/retry"
+	"github.com/ax-run/ax/orchestrator"
 )
 
-var fastRetry = retry.Policy{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}
+var fastRetry = orchestrator.RetryPolicy{Base: 50 * time.Millisecond, Max: 200 * time.Millisecond}
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).Start"),

@@ -230,8 +230,8 @@ func (e *Executor) call(ctx context.Context, t task.Task) (result any, plan *tas
 			err = fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	job := &Job{ID: t.ID, Type: t.Type, Payload: t.Payload, Priority: t.Priority, Capability: t.Capability,
-		Attempt: t.Attempt, MaxRetries: t.MaxRetries, ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost,
+	job := &Job{ID: t.ID, Type: t.Type, Payload: t.Payload, Priority: t.PriorityLevel(), Capability: t.Capability,
+		Attempt: t.Attempt, MaxRetries: t.RetryLimit(), ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost,
 		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex}
 	if t.Shardable {
 		if job.Phase == "" {

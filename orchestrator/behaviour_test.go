@@ -15,16 +15,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
-	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
-var fastRetry = retry.Policy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}
+var fastRetry = orchestrator.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}
 
 func newSpec(id, typ string, deps ...string) task.Spec {
 	s, _ := task.New(typ, nil)
@@ -69,7 +67,7 @@ func publishRaw(t *testing.T, nc *nats.Conn, subj string, data []byte, opts ...j
 func TestIdempotentSubmitBeyondDedupWindow(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Topology: topology.Options{DuplicateWindow: 200 * time.Millisecond}})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Topology: orchestrator.TopologyOptions{DuplicateWindow: 200 * time.Millisecond}})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	var runs sync.Map
 	ex.HandleFunc("once", func(_ context.Context, j *executor.Job) (any, error) {
@@ -241,7 +239,7 @@ func TestFailureCancelsDownstreamTransitively(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 30*time.Second)
 	a := newSpec("a", "bad")
-	a.MaxRetries = 1
+	a.MaxRetries = new(1)
 	if _, err := c.SubmitGraph(ctx, []task.Spec{a, newSpec("b", "ok", "a"), newSpec("c", "ok", "b"), newSpec("d", "ok", "b", "c")}); err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func TestRecordKeepsLastAttempts(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 3*time.Minute)
 	s := newSpec("many", "fails")
-	s.MaxRetries = 8
+	s.MaxRetries = new(8)
 	if _, err := c.Submit(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestUrgentSubmissionIsNotQueuedBehindABurst(t *testing.T) {
 	specs := make([]task.Spec, burst)
 	for i := range specs {
 		specs[i] = newSpec(fmt.Sprintf("bulk-%d", i), "ok")
-		specs[i].Priority = 5
+		specs[i].Priority = new(5)
 	}
 	for chunk := range chunks(specs, 1000) {
 		if _, err := c.SubmitMany(ctx, chunk); err != nil {
@@ -184,7 +184,7 @@ func TestUrgentSubmissionIsNotQueuedBehindABurst(t *testing.T) {
 		}
 	}
 	urgent := newSpec("urgent", "ok")
-	urgent.Priority = 0
+	urgent.Priority = new(0)
 	if _, err := c.Submit(ctx, urgent); err != nil {
 		t.Fatal(err)
 	}

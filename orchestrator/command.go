@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -70,7 +71,7 @@ func (o *Orchestrator) reply(msg jetstream.Msg, rep task.CommandReply) error {
 	}
 	data, _ := json.Marshal(rep)
 	if err := o.nc.Publish(to, data); err != nil {
-		o.log.Warn().Err(err).Msg("command reply not sent")
+		o.log.Warn("command reply not sent", slog.Any("error", err))
 	}
 	return nil
 }
@@ -133,7 +134,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 		err = dlq.Purge(ctx, jetstream.WithPurgeSubject(subject.DLQ(id)))
 	}
 	if err != nil {
-		o.log.Warn().Err(err).Str("task_id", id).Msg("re-driven, but its dead-letter entry was not removed")
+		o.log.Warn("re-driven, but its dead-letter entry was not removed", slog.Any("error", err), slog.String("task_id", id))
 	}
 	return t, nil
 }

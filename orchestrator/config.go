@@ -2,11 +2,11 @@ package orchestrator
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/retry"
@@ -35,20 +35,22 @@ type Config struct {
 	NodeID string
 	// Retry is the backoff policy for failed attempts. Defaults: 1s base, ×2,
 	// 10m cap, 0–50 % jitter.
-	Retry retry.Policy
+	Retry RetryPolicy
 	// RetryBudget limits the retries of one task type that may start per
 	// window: at most Limit per Width (default 100 per second). Retries over
 	// it move to the next window with room, never dropped, so a mass failure
 	// turns into a bounded trickle.
-	RetryBudget window.Policy
-	// RetryBudgetByType overrides RetryBudget per task type.
-	RetryBudgetByType map[string]window.Policy
+	RetryBudget RetryBudget
+	// RetryBudgetByType overrides RetryBudget per task type (a type's entry
+	// replaces RetryBudget whole; its zero fields take the defaults, not
+	// RetryBudget's values). Default nil: every type uses RetryBudget.
+	RetryBudgetByType map[string]RetryBudget
 	// Breaker configures the per-type circuit breaker: it opens when more
 	// than Threshold of the attempts in Window failed (with at least
 	// MinVolume attempts), holds the type's tasks for Cooldown, then lets
 	// Probes through. Defaults: 50 %, 1m, 20, 30s, 3. A Threshold of 1 or
 	// more disables it (a ratio never exceeds 1).
-	Breaker breaker.Config
+	Breaker BreakerConfig
 	// MaxPayload is the largest accepted payload in bytes. Default 256 KiB.
 	MaxPayload int
 	// Workers bounds concurrently handled messages per consumer. Default 64.
@@ -84,24 +86,37 @@ type Config struct {
 	// read). Default 64 MiB.
 	DispatchCacheBytes int64
 	// Topology tunes the streams created at start.
-	Topology topology.Options
+	Topology TopologyOptions
 	// Metrics registers the orchestrator's Prometheus metrics (names in
 	// internal/metrics). Default nil: none.
 	Metrics prometheus.Registerer
-	// Logger receives structured logs. Default: disabled.
-	Logger *zerolog.Logger
+	// Logger receives structured logs (keys in snake_case: task_id,
+	// execution_id, type…); every record carries the orchestrator's node id
+	// as "node". Default nil: no logs.
+	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Random returns uniform numbers in [0,1) for retry jitter. Default math/rand/v2.
 	Random func() float64
 }
 
-func (c Config) withDefaults() Config {
+// config is a Config with defaults applied and its public policy types
+// converted to the internal packages that implement them. Its fields shadow
+// Config's of the same name; every other field is Config's.
+type config struct {
+	Config
+	Retry             retry.Policy
+	RetryBudget       window.Policy
+	RetryBudgetByType map[string]window.Policy
+	Breaker           breaker.Config
+	Topology          topology.Options
+}
+
+func (c Config) withDefaults() config {
 	if c.NodeID == "" {
 		host, _ := os.Hostname()
 		c.NodeID = fmt.Sprintf("orchestrator-%s-%d", host, os.Getpid())
 	}
-	c.Retry = c.Retry.WithDefaults()
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = task.DefaultMaxPayload
 	}
@@ -133,8 +148,7 @@ func (c Config) withDefaults() Config {
 		c.RunGrace = DefaultRunGrace
 	}
 	if c.Logger == nil {
-		l := zerolog.Nop()
-		c.Logger = &l
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -142,5 +156,16 @@ func (c Config) withDefaults() Config {
 	if c.Random == nil {
 		c.Random = randFloat
 	}
-	return c
+	out := config{Config: c,
+		Retry:       retry.Policy(c.Retry).WithDefaults(),
+		RetryBudget: window.Policy(c.RetryBudget),
+		Breaker:     breaker.Config(c.Breaker),
+		Topology:    topology.Options(c.Topology)}
+	if c.RetryBudgetByType != nil {
+		out.RetryBudgetByType = make(map[string]window.Policy, len(c.RetryBudgetByType))
+		for typ, p := range c.RetryBudgetByType {
+			out.RetryBudgetByType[typ] = window.Policy(p)
+		}
+	}
+	return out
 }

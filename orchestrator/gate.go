@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -210,7 +211,7 @@ func (o *Orchestrator) evictIdleBreakers(ctx context.Context) {
 	for key, rev := range o.gate.evictIdle(o.now()) {
 		err := o.control.Delete(ctx, key, jetstream.LastRevision(rev))
 		if err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			o.log.Debug().Err(err).Str("key", key).Msg("idle breaker not removed from the control bucket")
+			o.log.Debug("idle breaker not removed from the control bucket", slog.Any("error", err), slog.String("key", key))
 		}
 	}
 	o.metrics.Breakers.Set(float64(o.gate.breakerCount()))
@@ -340,7 +341,7 @@ func (o *Orchestrator) persistBreaker(ctx context.Context, taskType string, b *b
 			o.gate.apply(e)
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-			o.log.Warn().Err(err).Str("type", taskType).Msg("breaker state not saved")
+			o.log.Warn("breaker state not saved", slog.Any("error", err), slog.String("type", taskType))
 		}
 		return false
 	}
@@ -349,7 +350,7 @@ func (o *Orchestrator) persistBreaker(ctx context.Context, taskType string, b *b
 	o.gate.shared[taskType] = snap.State
 	o.gate.sharedSince[taskType] = snap.Since
 	o.gate.mu.Unlock()
-	o.log.Warn().Str("type", taskType).Str("from", string(from)).Str("to", string(snap.State)).Str("reason", reason).Msg("circuit breaker changed")
+	o.log.Warn("circuit breaker changed", slog.String("type", taskType), slog.String("from", string(from)), slog.String("to", string(snap.State)), slog.String("reason", reason))
 	o.audit(ctx, task.AuditEvent{Kind: "breaker", Key: taskType, From: string(from), To: string(snap.State), Reason: reason})
 	return true
 }
@@ -359,7 +360,7 @@ func (o *Orchestrator) audit(ctx context.Context, ev task.AuditEvent) {
 	ev.At, ev.Actor = o.now(), o.cfg.NodeID
 	data, _ := json.Marshal(ev)
 	if _, err := o.js.Publish(ctx, subject.Audit(ev.Kind, ev.Key), data); err != nil {
-		o.log.Warn().Err(err).Str("kind", ev.Kind).Msg("audit event not recorded")
+		o.log.Warn("audit event not recorded", slog.Any("error", err), slog.String("kind", ev.Kind))
 	}
 }
 
@@ -403,11 +404,11 @@ func (o *Orchestrator) releaseHeld(ctx context.Context, taskType string, limit i
 		defer o.bg.Done()
 		n, err := o.release(o.runCtx, filter, limit)
 		if err != nil {
-			o.log.Warn().Err(err).Str("type", taskType).Int("released", n).Msg("releasing held tasks stopped early")
+			o.log.Warn("releasing held tasks stopped early", slog.Any("error", err), slog.String("type", taskType), slog.Int("released", n))
 			return
 		}
 		if n > 0 {
-			o.log.Info().Str("type", taskType).Int("released", n).Msg("released held tasks")
+			o.log.Info("released held tasks", slog.String("type", taskType), slog.Int("released", n))
 		}
 	}()
 }

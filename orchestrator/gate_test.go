@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -108,7 +107,7 @@ func TestCircuitBreakerHoldsProbesAndCloses(t *testing.T) {
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{
 		Retry:   fastRetry,
-		Breaker: breaker.Config{Window: 30 * time.Second, MinVolume: 6, Threshold: 0.5, Cooldown: time.Second, Probes: 2},
+		Breaker: orchestrator.BreakerConfig{Window: 30 * time.Second, MinVolume: 6, Threshold: 0.5, Cooldown: time.Second, Probes: 2},
 	})
 	var healthy atomic.Bool
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
@@ -126,7 +125,7 @@ func TestCircuitBreakerHoldsProbesAndCloses(t *testing.T) {
 	var specs []task.Spec
 	for i := range 8 {
 		s := newSpec(fmt.Sprint("charge-", i), "charge")
-		s.MaxRetries = 20
+		s.MaxRetries = new(20)
 		specs = append(specs, s)
 	}
 	if _, err := c.SubmitMany(ctx, specs); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -210,7 +211,7 @@ func TestStrayCancelSignal(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 30*time.Second)
 	s := newSpec("signalled", "slow")
-	s.MaxRetries = 0
+	s.MaxRetries = new(0)
 	if _, err := c.Submit(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	s := newSpec("lost", "ok")
 	s.Capability = "vanishing"
-	s.MaxRetries = 0
+	s.MaxRetries = new(0)
 	s.Timeout = task.Duration(time.Second)
 	if _, err := c.Submit(ctx, s); err != nil {
 		t.Fatal(err)
@@ -264,7 +265,7 @@ func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
 	if _, err := st.Write(ctx, task.Event{Kind: task.KindTransition, From: task.Ready, To: task.Running, At: next.UpdatedAt, Actor: "vanished-executor", Task: next}, rev); err != nil {
 		t.Fatal(err)
 	}
-	loseDispatch(t, ctx, c, "vanishing", s.Priority)
+	loseDispatch(t, ctx, c, "vanishing", s.PriorityLevel())
 	got, err := c.Wait(ctx, "lost")
 	if err != nil || got.State != task.Failed {
 		t.Fatalf("lost: %s %v", got.State, err)
@@ -297,7 +298,7 @@ func TestReadyTaskWithoutDispatchIsRedispatched(t *testing.T) {
 		first = got.ExecutionID
 		return got.State == task.Ready
 	})
-	loseDispatch(t, ctx, c, "late-executor", s.Priority)
+	loseDispatch(t, ctx, c, "late-executor", s.PriorityLevel())
 	ex := okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"late-executor"}})
 	testenv.Start(t, ex)
 	got, err := c.Wait(ctx, "undispatched")
@@ -381,7 +382,7 @@ func TestHugeErrorDoesNotStallTask(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 30*time.Second)
 	s := newSpec("loud", "loud")
-	s.MaxRetries = 0
+	s.MaxRetries = new(0)
 	if _, err := c.Submit(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -436,9 +437,9 @@ func TestSmallCapacityDrainsBacklog(t *testing.T) {
 	var specs []task.Spec
 	for i := range 300 {
 		s := newSpec(fmt.Sprintf("backlog-%d", i), "ok")
-		s.Priority = 5
+		s.Priority = new(5)
 		if i%50 == 0 {
-			s.Priority = 3
+			s.Priority = new(3)
 		}
 		specs = append(specs, s)
 	}
@@ -474,7 +475,7 @@ func TestStartWaitsOutJetStream(t *testing.T) {
 	srv.Stop()
 	var logs syncBuffer
 	l := zerolog.New(&logs)
-	o, err := orchestrator.New(nc, orchestrator.Config{Logger: &l})
+	o, err := orchestrator.New(nc, orchestrator.Config{Logger: slog.New(zerolog.NewSlogHandler(l))})
 	if err != nil {
 		t.Fatal(err)
 	}

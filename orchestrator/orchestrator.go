@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/edges"
@@ -27,10 +27,10 @@ func randFloat() float64 { return rand.Float64() }
 // Orchestrator runs the orchestrator's consumers. Create it with New, then
 // Start and Stop it; both are idempotent.
 type Orchestrator struct {
-	cfg   Config
+	cfg   config
 	nc    *nats.Conn
 	js    jetstream.JetStream
-	log   zerolog.Logger
+	log   *slog.Logger
 	store *store.Store
 	// fanin counts how shards and wide fan-in upstreams ended.
 	fanin *fanin.Markers
@@ -73,13 +73,13 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if nc == nil {
 		return nil, errors.New("orchestrator: nil NATS connection")
 	}
-	cfg = cfg.withDefaults()
+	c := cfg.withDefaults()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	return &Orchestrator{cfg: cfg, nc: nc, js: js, dispatched: newDispatchCache(cfg.DispatchCacheBytes), gate: newGate(cfg.Breaker), metrics: metrics.NewOrchestrator(cfg.Metrics),
-		log: cfg.Logger.With().Str("node", cfg.NodeID).Logger()}, nil
+	return &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), metrics: metrics.NewOrchestrator(c.Metrics),
+		log: c.Logger.With(slog.String("node", c.NodeID))}, nil
 }
 
 // Start creates the topology and consumers and starts consuming. It returns
@@ -101,7 +101,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		}
 		return o.watchControl(runCtx)
 	}, func(err error, wait time.Duration) {
-		o.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot set up AX's streams and consumers yet; retrying")
+		o.log.Warn("cannot set up AX's streams and consumers yet; retrying", slog.Any("error", err), slog.Duration("retry_in", wait))
 	})
 	if err != nil {
 		cancel()
@@ -154,7 +154,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	// background work (control watch, breaker ticks, releases).
 	go func() { wg.Wait(); stopSweeps(); o.bg.Wait(); close(done) }()
 	o.stopFn, o.done = cancel, done
-	o.log.Info().Msg("orchestrator started")
+	o.log.Info("orchestrator started")
 	return nil
 }
 
@@ -277,7 +277,7 @@ func (o *Orchestrator) Stop(ctx context.Context) error {
 	case <-done:
 		// Acks are asynchronous: send them before the caller closes.
 		_ = o.nc.FlushTimeout(5 * time.Second)
-		o.log.Info().Msg("orchestrator stopped")
+		o.log.Info("orchestrator stopped")
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("orchestrator: stop: %w", ctx.Err())

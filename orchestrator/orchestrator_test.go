@@ -25,7 +25,7 @@ func TestSubmitRunSucceed(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 20*time.Second)
 
-	id, err := c.Submit(ctx, task.Spec{Type: "echo", Payload: []byte(`{"n":1}`), Priority: 2})
+	id, err := c.Submit(ctx, task.Spec{Type: "echo", Payload: []byte(`{"n":1}`), Priority: new(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 30*time.Second)
-	id, err := c.Submit(ctx, task.Spec{Type: "flaky", MaxRetries: 2})
+	id, err := c.Submit(ctx, task.Spec{Type: "flaky", MaxRetries: new(2)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -192,7 +193,7 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 // at by many watches at once, and one count answers for all of them. An
 // empty level is never remembered.
 func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task) (bool, error) {
-	subj := subject.Ready(t.Capability, t.Priority)
+	subj := subject.Ready(t.Capability, t.PriorityLevel())
 	if o.levels.recent(subj, o.now()) {
 		return true, nil
 	}
@@ -242,8 +243,7 @@ func readyAt(t task.Task) *time.Time {
 
 func (o *Orchestrator) repaired(reason string, t task.Task) {
 	o.metrics.Repairs.WithLabelValues(reason).Inc()
-	o.log.Warn().Str("task_id", t.ID).Str("state", string(t.State)).Str("repair", reason).
-		Time("updated_at", t.UpdatedAt).Msg("reconciler: task had stalled; moving it on")
+	o.log.Warn("reconciler: task had stalled; moving it on", slog.String("task_id", t.ID), slog.String("state", string(t.State)), slog.String("repair", reason), slog.Time("updated_at", t.UpdatedAt))
 }
 
 // oldestSeen keeps, per state, the oldest unfinished task the reconciler

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,7 +19,7 @@ import (
 func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) error {
 	var r task.Report
 	if err := json.Unmarshal(msg.Data(), &r); err != nil || r.ID == "" || r.ExecutionID == "" {
-		o.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed report")
+		o.log.Warn("dropping malformed report", slog.Any("error", err), slog.String("subject", msg.Subject()))
 		return nil
 	}
 	return o.applyReport(ctx, r)
@@ -28,7 +29,7 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 // executor's report, or the reconciler's "lease expired").
 func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed {
-		o.log.Warn().Str("task_id", r.ID).Str("status", string(r.Status)).Msg("dropping report with unknown status")
+		o.log.Warn("dropping report with unknown status", slog.String("task_id", r.ID), slog.String("status", string(r.Status)))
 		return nil
 	}
 	// Fast path: the executor claimed exactly the dispatch remembered here,
@@ -43,7 +44,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		}
 		known = false
 		if errors.Is(err, store.ErrNotFound) {
-			o.log.Warn().Str("task_id", r.ID).Msg("dropping report for unknown task")
+			o.log.Warn("dropping report for unknown task", slog.String("task_id", r.ID))
 			return nil
 		}
 		if err != nil {
@@ -57,8 +58,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 			return fmt.Errorf("report of %s: read revision %d, older than its claim at %d (a stale read); trying again", r.ID, rev, r.ClaimRevision)
 		}
 		if t.ExecutionID != r.ExecutionID {
-			o.log.Info().Str("task_id", r.ID).Str("execution_id", r.ExecutionID).
-				Str("current_execution_id", t.ExecutionID).Msg("ignoring result of a superseded attempt")
+			o.log.Info("ignoring result of a superseded attempt", slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("current_execution_id", t.ExecutionID))
 			return nil
 		}
 		if t.State != task.Running {
@@ -132,7 +132,7 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 		t.State = task.Failed
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("attempt %d failed permanently: %s", t.Attempt, r.Error)
-	case t.Attempt > t.MaxRetries:
+	case t.Attempt > t.RetryLimit():
 		t.State = task.Failed
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("retries exhausted after %d attempts: %s", t.Attempt, r.Error)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -146,7 +147,7 @@ func (o *Orchestrator) allocateRetry(ctx context.Context, taskType, holder strin
 	horizon := int(retryHorizon / p.Width)
 	at, err := p.AllocateFor(ctx, o.retrySlots, taskType, holder, desired, horizon)
 	if errors.Is(err, window.ErrExhausted) {
-		o.log.Warn().Str("type", taskType).Msg("retry budget exhausted for a day ahead; retrying after it")
+		o.log.Warn("retry budget exhausted for a day ahead; retrying after it", slog.String("type", taskType))
 		return desired.Add(retryHorizon), nil
 	}
 	return at, err

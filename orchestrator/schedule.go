@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -230,7 +231,7 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 		id := cronspec.FireID(s.Name, slot)
 		if skip {
 			s.Skipped++
-			o.log.Info().Str("schedule", s.Name).Time("slot", slot).Str("running", s.LastTaskID).Msg("firing skipped: previous task still running")
+			o.log.Info("firing skipped: previous task still running", slog.String("schedule", s.Name), slog.Time("slot", slot), slog.String("running", s.LastTaskID))
 		} else {
 			spec := s.Template
 			spec.ID = id
@@ -239,7 +240,7 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 				if !errors.As(err, &rej) {
 					return err
 				}
-				o.log.Warn().Err(err).Str("schedule", s.Name).Msg("scheduled task rejected")
+				o.log.Warn("scheduled task rejected", slog.Any("error", err), slog.String("schedule", s.Name))
 			}
 			s.LastTaskID = id
 		}
@@ -253,7 +254,7 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 			missed, truncated := cron.Missed(slot, now, task.MaxCatchUp)
 			switch {
 			case truncated:
-				o.log.Warn().Str("schedule", s.Name).Int("limit", task.MaxCatchUp).Msg("too many missed slots to catch up; continuing from now")
+				o.log.Warn("too many missed slots to catch up; continuing from now", slog.String("schedule", s.Name), slog.Int("limit", task.MaxCatchUp))
 			case len(missed) > 0:
 				next = missed[0]
 			}

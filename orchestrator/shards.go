@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 
@@ -108,7 +109,7 @@ func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok
 		}
 		return false, fmt.Errorf("register shards of %s: %w", parent.ID, err)
 	}
-	o.log.Debug().Str("task_id", parent.ID).Int("shards", len(plan.Shards)).Msg("shards registered")
+	o.log.Debug("shards registered", slog.String("task_id", parent.ID), slog.Int("shards", len(plan.Shards)))
 	return true, nil
 }
 
@@ -116,11 +117,11 @@ func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok
 // state if it exists.
 func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int, s task.ShardSpec) error {
 	spec := task.Spec{ID: task.ShardID(parent.ID, n), Type: parent.Type, Payload: s.Payload,
-		Priority: parent.Priority, Capability: parent.Capability, MaxRetries: parent.MaxRetries,
+		Priority: new(parent.PriorityLevel()), Capability: parent.Capability, MaxRetries: new(parent.RetryLimit()),
 		Timeout: parent.Timeout, EstimatedCost: task.DefaultEstimatedCost,
 		DispatchTimeout: parent.DispatchTimeout, MaxDispatches: parent.MaxDispatches}
 	if s.Priority != nil {
-		spec.Priority = *s.Priority
+		spec.Priority = new(*s.Priority)
 	}
 	if s.Capability != "" {
 		spec.Capability = s.Capability

@@ -136,7 +136,7 @@ func TestShardsPlanRunAggregate(t *testing.T) {
 		t.Fatal("the dependent did not wait for the aggregate")
 	}
 	sh, err := e.c.Get(e.ctx, task.ShardID("job", 7))
-	if err != nil || sh.State != task.Succeeded || sh.Parent != "job" || sh.ShardIndex != 7 || sh.Priority != parent.Priority {
+	if err != nil || sh.State != task.Succeeded || sh.Parent != "job" || sh.ShardIndex != 7 || sh.PriorityLevel() != parent.PriorityLevel() {
 		t.Fatalf("shard 7: %+v, %v", sh, err)
 	}
 	p, err := e.c.Shards(e.ctx, "job")
@@ -416,7 +416,7 @@ func TestWideFanInGraph(t *testing.T) {
 			typ = "missing" // no handler: fails
 		}
 		s := newSpec(id, typ)
-		s.MaxRetries = 0
+		s.MaxRetries = new(0)
 		specs = append(specs, s)
 	}
 	specs = append(specs, newSpec("b-sink", "sink", leaves...))
@@ -590,7 +590,7 @@ func TestShardsPlannerOverrides(t *testing.T) {
 		},
 	})
 	testenv.Start(t, e.ex)
-	submitSharded(t, e, "mixed", func(s *task.Spec) { s.Priority, s.EstimatedCost = 3, 2 })
+	submitSharded(t, e, "mixed", func(s *task.Spec) { s.Priority, s.EstimatedCost = new(3), 2 })
 	waitState(t, e, "mixed", task.Succeeded)
 	want := []string{
 		`{"capability":"default","cost":1,"priority":3}`,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/orchestrator"
@@ -21,11 +20,11 @@ import (
 func TestRetryStormIsSpreadByTheBudget(t *testing.T) {
 	t.Parallel()
 	const n = 3000
-	budget := window.Policy{Limit: 100, Width: 100 * time.Millisecond}
+	budget := orchestrator.RetryBudget{Limit: 100, Width: 100 * time.Millisecond}
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: fastRetry,
-		RetryBudgetByType: map[string]window.Policy{"storm": budget},
-		Breaker:           breaker.Config{Threshold: 1}}) // every first attempt fails: the breaker would hold them all
+		RetryBudgetByType: map[string]orchestrator.RetryBudget{"storm": budget},
+		Breaker:           orchestrator.BreakerConfig{Threshold: 1}}) // every first attempt fails: the breaker would hold them all
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 256})
 	ex.HandleFunc("storm", func(_ context.Context, j *executor.Job) (any, error) {
 		if j.Attempt == 1 {
@@ -53,9 +52,9 @@ func TestRetryStormIsSpreadByTheBudget(t *testing.T) {
 	for _, ev := range testenv.Events(t, c.Conn()) {
 		switch {
 		case ev.Event.To == task.Retrying:
-			perWindow[budget.Window(*ev.Event.Task.RetryAt)]++
+			perWindow[window.Policy(budget).Window(*ev.Event.Task.RetryAt)]++
 		case ev.Event.From == task.Retrying && ev.Event.To == task.Ready:
-			started[budget.Window(ev.Event.At)]++
+			started[window.Policy(budget).Window(ev.Event.At)]++
 		case ev.Event.To == task.Succeeded:
 			succeeded++
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"time"
 	"unicode/utf8"
@@ -105,7 +106,7 @@ func derivedID(msg jetstream.Msg) string {
 func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error {
 	g, err := task.DecodeGraph(msg.Data())
 	if err != nil {
-		return o.reject(ctx, "", msg, err)
+		return o.rejectGraph(ctx, graphIDs(msg.Data()), msg, err)
 	}
 	sorted, err := g.Sorted(o.cfg.MaxPayload)
 	if err != nil {
@@ -203,7 +204,7 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []
 	if err != nil {
 		return err
 	}
-	o.log.Debug().Str("task_id", t.ID).Str("state", string(t.State)).Msg("task created")
+	o.log.Debug("task created", slog.String("task_id", t.ID), slog.String("state", string(t.State)))
 	if err := o.armDeadline(ctx, t); err != nil {
 		return err
 	}
@@ -215,7 +216,7 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []
 // after a crash.
 func (o *Orchestrator) duplicate(ctx context.Context, spec task.Spec, existing task.Task, rev uint64) error {
 	if !reflect.DeepEqual(normalized(spec), normalized(existing.Spec)) {
-		o.log.Warn().Str("task_id", spec.ID).Msg("duplicate submission with a different spec ignored; the first one stands")
+		o.log.Warn("duplicate submission with a different spec ignored; the first one stands", slog.String("task_id", spec.ID))
 	}
 	// A redelivered submission may have crashed before arming the deadline.
 	if err := o.armDeadline(ctx, existing); err != nil {
@@ -256,7 +257,7 @@ func (o *Orchestrator) reject(ctx context.Context, id string, msg jetstream.Msg,
 	if err != nil {
 		return fmt.Errorf("encode rejection: %w", err)
 	}
-	o.log.Warn().Str("task_id", id).Str("subject", msg.Subject()).Str("reason", r.Reason).Msg("submission rejected")
+	o.log.Warn("submission rejected", slog.String("task_id", id), slog.String("subject", msg.Subject()), slog.String("reason", r.Reason))
 	o.metrics.Rejections.Inc()
 	if _, err := o.js.Publish(ctx, subject.Rejected(id, nuid.Next()), data); err != nil {
 		return fmt.Errorf("record rejection: %w", err)

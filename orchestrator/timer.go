@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -80,7 +81,7 @@ func (o *Orchestrator) cancelTimer(ctx context.Context, kind subject.TimerKind, 
 func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error {
 	var f timerFire
 	if err := json.Unmarshal(msg.Data(), &f); err != nil {
-		o.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed timer message")
+		o.log.Warn("dropping malformed timer message", slog.Any("error", err), slog.String("subject", msg.Subject()))
 		return nil
 	}
 	switch subject.TimerKind(f.Kind) {
@@ -105,7 +106,7 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 	case subject.TimerForget:
 		return o.fireForget(ctx, f)
 	default:
-		o.log.Warn().Str("kind", f.Kind).Str("task_id", f.ID).Msg("dropping timer of unknown kind")
+		o.log.Warn("dropping timer of unknown kind", slog.String("kind", f.Kind), slog.String("task_id", f.ID))
 		return nil
 	}
 }
@@ -130,7 +131,7 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 			}
 		}
 		next := o.readyNext(t, t.Attempt+1)
-		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.MaxRetries), nil
+		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.RetryLimit()), nil
 	})
 	return ignoreNotFound(err)
 }

@@ -54,14 +54,14 @@ func specRow(s task.Spec) (row, error) {
 	if err != nil {
 		return row{}, fmt.Errorf("encode task %s: %w", s.ID, err)
 	}
-	return row{taskID: s.ID, subject: subject.SubmitLane(s.Priority, s.Type), body: body, tasks: 1}, nil
+	return row{taskID: s.ID, subject: subject.SubmitLane(s.PriorityLevel(), s.Type), body: body, tasks: 1}, nil
 }
 
 // Enqueue validates spec, fills its defaults and its id (a sortable unique
 // id when empty) and writes it into the outbox with tx. It returns the task
 // id. The task is submitted when the relay publishes the row, which exists
-// only if tx commits: a rolled-back transaction submits nothing. Priority
-// and MaxRetries are used as given (task.New sets the defaults).
+// only if tx commits: a rolled-back transaction submits nothing. Fields
+// left unset take their defaults (see task.Spec).
 func Enqueue(ctx context.Context, tx Execer, spec task.Spec) (string, error) {
 	r, err := specRow(spec)
 	if err != nil {

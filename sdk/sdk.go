@@ -119,8 +119,8 @@ func (c *Client) prepare(s *task.Spec) error {
 // empty) and publishes it on task.submit.<type>. It returns once JetStream
 // has stored the submission: the task will not be lost. Submitting an id
 // again never creates a second task; submitting an id whose earlier
-// submission was rejected has it evaluated anew. Priority and MaxRetries are
-// used as given (0 is the highest priority; task.New sets the defaults).
+// submission was rejected has it evaluated anew. Fields left unset take
+// their defaults (see task.Spec).
 func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err := c.prepare(&spec); err != nil {
 		return "", err
@@ -129,12 +129,12 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	ack, err := c.js.Publish(ctx, subject.SubmitLane(spec.Priority, spec.Type), data, jetstream.WithMsgID(msgID(spec.ID, data)))
+	ack, err := c.js.Publish(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), data, jetstream.WithMsgID(msgID(spec.ID, data)))
 	if err != nil {
 		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
 	}
 	if ack.Duplicate {
-		return spec.ID, c.resubmitIfRejected(ctx, subject.SubmitLane(spec.Priority, spec.Type), spec.ID, data)
+		return spec.ID, c.resubmitIfRejected(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), spec.ID, data)
 	}
 	return spec.ID, nil
 }
@@ -255,7 +255,7 @@ func (c *Client) rejection(ctx context.Context, id string) (*task.Rejection, err
 }
 
 // History returns every event of a task, oldest first.
-func (c *Client) History(ctx context.Context, id string) ([]store.Revisioned, error) {
+func (c *Client) History(ctx context.Context, id string) ([]task.HistoryEntry, error) {
 	h, err := c.store.History(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -480,7 +480,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err != nil {
 			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
 		}
-		f, err := c.js.PublishAsync(subject.SubmitLane(specs[i].Priority, specs[i].Type), data, jetstream.WithMsgID(msgID(specs[i].ID, data)))
+		f, err := c.js.PublishAsync(subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type), data, jetstream.WithMsgID(msgID(specs[i].ID, data)))
 		if err != nil {
 			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
 		}
@@ -491,7 +491,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				if err := c.resubmitIfRejected(ctx, subject.SubmitLane(specs[i].Priority, specs[i].Type), ids[i], bodies[i]); err != nil {
+				if err := c.resubmitIfRejected(ctx, subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type), ids[i], bodies[i]); err != nil {
 					return ids, err
 				}
 			}

@@ -13,15 +13,15 @@ import (
 // ShardProgress is how far the shards of a sharded task got.
 type ShardProgress struct {
 	// Phase is the parent's step: plan, shards or aggregate.
-	Phase string
+	Phase string `json:"phase"`
 	// Total is the number of shards its planner returned (0 before it ran).
-	Total int
+	Total int `json:"total"`
 	// Registered says every shard task exists.
-	Registered bool
+	Registered bool `json:"registered"`
 	// Ended counts the shards in each final state; Unfinished the rest
 	// (waiting, ready, running or retrying).
-	Ended      map[task.State]int
-	Unfinished int
+	Ended      map[task.State]int `json:"ended"`
+	Unfinished int                `json:"unfinished"`
 }
 
 // Shards returns the shard progress of a shardable task. Counting costs a

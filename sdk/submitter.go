@@ -192,8 +192,8 @@ func NewSubmitter(c *Client, cfg SubmitterConfig) (*Submitter, error) {
 // means accepted, not yet durable: Flush or Close waits for durability and
 // failures reach OnError. Validation errors return at once. When
 // MaxBuffered tasks are outstanding Submit blocks until there is room (ctx
-// bounds the wait) or, with FailFast, returns ErrBufferFull. Priority and
-// MaxRetries are used as given (task.New sets the defaults).
+// bounds the wait) or, with FailFast, returns ErrBufferFull. Fields left
+// unset take their defaults (see task.Spec).
 func (s *Submitter) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if spec.ID == "" {
 		spec.ID = task.NewID()
@@ -206,7 +206,7 @@ func (s *Submitter) Submit(ctx context.Context, spec task.Spec) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	t := pendingTask{spec: spec, subj: subject.SubmitLane(spec.Priority, spec.Type), data: data, msgID: subject.SubmitMsgID(spec.ID, data)}
+	t := pendingTask{spec: spec, subj: subject.SubmitLane(spec.PriorityLevel(), spec.Type), data: data, msgID: subject.SubmitMsgID(spec.ID, data)}
 	s.mu.Lock()
 	for {
 		if s.closed {

@@ -69,7 +69,7 @@ func FuzzDecodeSpec(f *testing.F) {
 		if err := again.Validate(fuzzMaxPayload); err != nil {
 			t.Fatalf("accepted spec is invalid after a round trip: %v\n%s", err, b)
 		}
-		if again.ID != s.ID || again.Type != s.Type || again.Priority != s.Priority || len(again.DependsOn) != len(s.DependsOn) {
+		if again.ID != s.ID || again.Type != s.Type || again.PriorityLevel() != s.PriorityLevel() || len(again.DependsOn) != len(s.DependsOn) {
 			t.Fatalf("round trip changed the spec:\n%+v\n%+v", s, again)
 		}
 	})
@@ -83,14 +83,14 @@ func checkAccepted(t *testing.T, s task.Spec) {
 		t.Fatalf("accepted id %q", s.ID)
 	case !task.ValidType(s.Type) || !task.ValidCapability(s.Capability):
 		t.Fatalf("accepted type %q capability %q", s.Type, s.Capability)
-	case s.Priority < 0 || s.Priority > task.MaxPriority:
-		t.Fatalf("accepted priority %d", s.Priority)
+	case s.PriorityLevel() < 0 || s.PriorityLevel() > task.MaxPriority:
+		t.Fatalf("accepted priority %d", s.PriorityLevel())
 	case len(s.Payload) > fuzzMaxPayload || (len(s.Payload) > 0 && !json.Valid(s.Payload)):
 		t.Fatalf("accepted payload of %d bytes", len(s.Payload))
 	case len(s.DependsOn) > task.MaxDependencies:
 		t.Fatalf("accepted %d dependencies", len(s.DependsOn))
-	case s.MaxRetries < 0 || s.MaxRetries > task.MaxRetriesLimit:
-		t.Fatalf("accepted max_retries %d", s.MaxRetries)
+	case s.RetryLimit() < 0 || s.RetryLimit() > task.MaxRetriesLimit:
+		t.Fatalf("accepted max_retries %d", s.RetryLimit())
 	case s.Timeout <= 0 || !(s.EstimatedCost > 0):
 		t.Fatalf("accepted timeout %v cost %v", s.Timeout, s.EstimatedCost)
 	case s.MaxParallelShards < 0 || s.MaxParallelShards > task.MaxShards:

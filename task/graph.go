@@ -18,7 +18,7 @@ func DecodeGraph(data []byte) (Graph, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return Graph{}, fmt.Errorf("decode graph: %w", describeJSONError(err))
+		return Graph{}, fmt.Errorf("decode graph: %w", describeJSONError(data, err, &w))
 	}
 	g := Graph{Tasks: make([]Spec, 0, len(w.Tasks))}
 	for i, raw := range w.Tasks {

@@ -15,6 +15,7 @@ import (
 type Task struct {
 	Spec
 
+	// State is where the task is; see Transitions for its moves.
 	State State `json:"state"`
 	// Attempt is the 1-based number of the current (or last) attempt in the
 	// current attempt series; 0 before the first dispatch.
@@ -69,11 +70,16 @@ type Task struct {
 	// max_parallel_shards.
 	Parked bool `json:"parked,omitempty"`
 
-	SubmittedAt time.Time  `json:"submitted_at"`
-	ReadyAt     *time.Time `json:"ready_at,omitempty"`
-	StartedAt   *time.Time `json:"started_at,omitempty"`
-	FinishedAt  *time.Time `json:"finished_at,omitempty"`
-	UpdatedAt   time.Time  `json:"updated_at"`
+	// SubmittedAt is when the orchestrator accepted the task.
+	SubmittedAt time.Time `json:"submitted_at"`
+	// ReadyAt is when the task was last made ready (dispatched).
+	ReadyAt *time.Time `json:"ready_at,omitempty"`
+	// StartedAt is when an executor claimed the current (or last) attempt.
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	// FinishedAt is when the task reached a terminal state.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// UpdatedAt is the time of the task's latest event.
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // KeepAttempts is how many failed attempts a record keeps: enough to see
@@ -93,11 +99,16 @@ func (t *Task) AddError(e AttemptError) {
 
 // AttemptError records one failed attempt.
 type AttemptError struct {
-	Attempt     int       `json:"attempt"`
-	ExecutionID string    `json:"execution_id"`
-	Executor    string    `json:"executor,omitempty"`
-	Error       string    `json:"error"`
-	At          time.Time `json:"at"`
+	// Attempt is the attempt's 1-based number in its series.
+	Attempt int `json:"attempt"`
+	// ExecutionID identifies the dispatch that failed.
+	ExecutionID string `json:"execution_id"`
+	// Executor is the executor that ran it, if one did.
+	Executor string `json:"executor,omitempty"`
+	// Error is the failure, at most MaxErrorBytes.
+	Error string `json:"error"`
+	// At is when the failure was recorded.
+	At time.Time `json:"at"`
 }
 
 // EventKind says what an Event records.
@@ -117,13 +128,21 @@ const (
 // the task's full record after it. The event's stream sequence is the task's
 // revision, the value compare-and-set writes are checked against.
 type Event struct {
-	Kind   EventKind `json:"kind"`
-	From   State     `json:"from,omitempty"`
-	To     State     `json:"to"`
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Reason string    `json:"reason,omitempty"`
-	Task   Task      `json:"task"`
+	// Kind says what the event records.
+	Kind EventKind `json:"kind"`
+	// From is the state before the event ("" when the task was created);
+	// To the state after it (the same for an event that is no move).
+	From State `json:"from,omitempty"`
+	To   State `json:"to"`
+	// At is when the event was written.
+	At time.Time `json:"at"`
+	// Actor is who wrote it: an orchestrator's node id, or the id of the
+	// executor that claimed the task.
+	Actor string `json:"actor"`
+	// Reason explains the event (why cancelled, failed, retrying…).
+	Reason string `json:"reason,omitempty"`
+	// Task is the full record after the event.
+	Task Task `json:"task"`
 }
 
 // Dispatch is the message on task.ready.<capability>.p<N>: the task record at
@@ -150,23 +169,35 @@ func (t Task) Claimed(executor string, at time.Time) Task {
 // Outcome is what an attempt ended with.
 type Outcome string
 
+// The outcomes of an attempt.
 const (
+	// OutcomeSucceeded: the handler returned a result.
 	OutcomeSucceeded Outcome = "succeeded"
-	OutcomeFailed    Outcome = "failed"
+	// OutcomeFailed: the handler returned an error (or panicked, or timed out).
+	OutcomeFailed Outcome = "failed"
 )
 
 // Report is what an executor publishes on task.completed.<type>.
 type Report struct {
-	ID          string          `json:"id"`
-	Type        string          `json:"type"`
-	ExecutionID string          `json:"execution_id"`
-	Attempt     int             `json:"attempt"`
-	Status      Outcome         `json:"status"`
-	Error       string          `json:"error,omitempty"`
-	Result      json.RawMessage `json:"result,omitempty"`
-	Executor    string          `json:"executor"`
-	StartedAt   time.Time       `json:"started_at"`
-	FinishedAt  time.Time       `json:"finished_at"`
+	// ID is the task's id; Type its type.
+	ID   string `json:"id"`
+	Type string `json:"type"`
+	// ExecutionID is the dispatch the attempt ran under; a report of
+	// another execution than the task's current one is ignored.
+	ExecutionID string `json:"execution_id"`
+	// Attempt is the attempt's number.
+	Attempt int `json:"attempt"`
+	// Status is the attempt's outcome.
+	Status Outcome `json:"status"`
+	// Error is why a failed attempt failed.
+	Error string `json:"error,omitempty"`
+	// Result is a succeeded attempt's result (at most InlineResultLimit).
+	Result json.RawMessage `json:"result,omitempty"`
+	// Executor is the executor that ran the attempt.
+	Executor string `json:"executor"`
+	// StartedAt and FinishedAt bound the handler's run.
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
 	// DispatchRevision and ClaimRevision are the task's revision when it was
 	// dispatched and after the executor's claim. The orchestrator uses them
 	// to skip reading the task back; they are hints, checked by CAS.
@@ -185,25 +216,36 @@ type Report struct {
 
 // DeadLetter is the entry on ax.dlq.<id> for a task that failed for good.
 type DeadLetter struct {
-	Spec     Spec           `json:"spec"`
+	// Spec is the failed task's spec, to re-drive it.
+	Spec Spec `json:"spec"`
+	// Attempts are the failed attempts the record kept.
 	Attempts []AttemptError `json:"attempts"`
-	Reason   string         `json:"reason"`
-	FailedAt time.Time      `json:"failed_at"`
-	Redrives int            `json:"redrives"`
+	// Reason is why the task failed.
+	Reason string `json:"reason"`
+	// FailedAt is when it failed.
+	FailedAt time.Time `json:"failed_at"`
+	// Redrives counts the re-drives before this failure.
+	Redrives int `json:"redrives"`
 }
 
 // Rejection is the record on ax.rejected.<id> for a submission that was refused.
 type Rejection struct {
-	ID         string    `json:"id,omitempty"`
-	Subject    string    `json:"subject"`
-	Reason     string    `json:"reason"`
-	Input      string    `json:"input"`
+	// ID is the refused task's id, when the submission had a readable one.
+	ID string `json:"id,omitempty"`
+	// Subject is the subject the submission arrived on.
+	Subject string `json:"subject"`
+	// Reason is why it was refused, naming the field at fault.
+	Reason string `json:"reason"`
+	// Input is the submission's body (truncated when large).
+	Input string `json:"input"`
+	// RejectedAt is when it was refused.
 	RejectedAt time.Time `json:"rejected_at"`
 }
 
 // Graph is a set of specs submitted together on task.graph.submit; edges
 // (depends_on) may point inside the graph or at existing tasks.
 type Graph struct {
+	// Tasks are the graph's specs, in any order.
 	Tasks []Spec `json:"tasks"`
 }
 
@@ -217,36 +259,51 @@ type CommandRequest struct {
 
 // Pause is a pause switch in the control bucket (pause.all, pause.type.<type>).
 type Pause struct {
-	RetriesOnly bool      `json:"retries_only,omitempty"`
-	Reason      string    `json:"reason,omitempty"`
-	At          time.Time `json:"at"`
+	// RetriesOnly holds retries but lets new tasks through.
+	RetriesOnly bool `json:"retries_only,omitempty"`
+	// Reason is the operator's reason.
+	Reason string `json:"reason,omitempty"`
+	// At is when the pause began.
+	At time.Time `json:"at"`
 }
 
 // AuditEvent is a change that is not about one task, on ax.audit.<kind>.<key>.
 type AuditEvent struct {
-	Kind   string    `json:"kind"` // "breaker" or "pause"
-	Key    string    `json:"key"`  // task type, or "all"
-	From   string    `json:"from"`
-	To     string    `json:"to"`
-	At     time.Time `json:"at"`
-	Actor  string    `json:"actor"`
-	Reason string    `json:"reason,omitempty"`
+	Kind string `json:"kind"` // "breaker" or "pause"
+	Key  string `json:"key"`  // task type, or "all"
+	// From and To are the switch's state before and after (a breaker's
+	// closed, open or half_open; a pause's running, paused or "retries
+	// paused").
+	From string `json:"from"`
+	To   string `json:"to"`
+	// At is when it changed.
+	At time.Time `json:"at"`
+	// Actor is the node id of the orchestrator that recorded it.
+	Actor string `json:"actor"`
+	// Reason explains the change.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Lease is the body of ax.lease.<id>: the executor running an execution
 // of the task, renewed at every heartbeat and expiring (message TTL) when
 // the executor stops heart-beating.
 type Lease struct {
-	ExecutionID string    `json:"execution_id"`
-	Executor    string    `json:"executor"`
-	At          time.Time `json:"at"`
+	// ExecutionID is the execution the lease holds.
+	ExecutionID string `json:"execution_id"`
+	// Executor is the executor running it.
+	Executor string `json:"executor"`
+	// At is the heartbeat that renewed it last.
+	At time.Time `json:"at"`
 }
 
 // CommandReply is what the orchestrator answers on the Ax-Reply-To subject.
 type CommandReply struct {
-	OK       bool      `json:"ok"`
-	Error    string    `json:"error,omitempty"`
-	Task     *Task     `json:"task,omitempty"`
+	// OK says the command was applied; Error says why not.
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+	// Task is the task after a task command (cancel, re-drive).
+	Task *Task `json:"task,omitempty"`
+	// Schedule is the schedule after a schedule command.
 	Schedule *Schedule `json:"schedule,omitempty"`
 }
 

@@ -46,8 +46,10 @@ type Schedule struct {
 	Skipped int `json:"skipped,omitempty"`
 	// ArmID identifies the current chain of timers; a fired timer with
 	// another arm id is stale and ignored.
-	ArmID     string    `json:"arm_id,omitempty"`
+	ArmID string `json:"arm_id,omitempty"`
+	// CreatedAt is when the schedule was created.
 	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is when the schedule last changed (a firing, a pause…).
 	UpdatedAt time.Time `json:"updated_at"`
 }
 

@@ -37,14 +37,20 @@ const (
 // ShardSpec is one entry of a planner's result. Zero fields inherit the
 // parent's priority, capability and estimated cost.
 type ShardSpec struct {
-	Payload       json.RawMessage `json:"payload,omitempty"`
-	Priority      *int            `json:"priority,omitempty"`
-	Capability    string          `json:"capability,omitempty"`
-	EstimatedCost float64         `json:"estimated_cost,omitempty"`
+	// Payload is the shard's own payload.
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Priority overrides the parent's priority. Nil: the parent's.
+	Priority *int `json:"priority,omitempty"`
+	// Capability overrides the parent's capability. Empty: the parent's.
+	Capability string `json:"capability,omitempty"`
+	// EstimatedCost is the shard's weight against an executor's capacity.
+	// Zero: DefaultEstimatedCost.
+	EstimatedCost float64 `json:"estimated_cost,omitempty"`
 }
 
 // Plan is a planner's result as stored in the object store.
 type Plan struct {
+	// Shards are the planned shards; shard n is Shards[n].
 	Shards []ShardSpec `json:"shards"`
 }
 
@@ -75,9 +81,12 @@ type Sharding struct {
 // ShardSummary is a sharded parent's result when it has no aggregator, and
 // what its aggregator is told about the shards.
 type ShardSummary struct {
-	Shards    int `json:"shards"`
+	// Shards is the number of shards.
+	Shards int `json:"shards"`
+	// Succeeded is the number of shards that succeeded.
 	Succeeded int `json:"succeeded"`
-	NotOK     int `json:"not_succeeded"`
+	// NotOK is the number of shards that failed, were cancelled or expired.
+	NotOK int `json:"not_succeeded"`
 }
 
 // MemberOutcome is a fan-in marker on ax.fanin.<waiter>.<member>.<state>:
@@ -86,8 +95,9 @@ type MemberOutcome struct {
 	// Index is the shard's index (shards only).
 	Index int `json:"index"`
 	// ID is the member task's id.
-	ID    string `json:"id"`
-	State State  `json:"state"`
+	ID string `json:"id"`
+	// State is the final state the member ended in.
+	State State `json:"state"`
 	// Result is the member's result when it is at most InlineResultLimit.
 	Result json.RawMessage `json:"result,omitempty"`
 	// ResultObject names the result in the object store when it is larger.

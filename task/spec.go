@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -34,6 +36,15 @@ const (
 
 // Spec is what a producer submits on task.submit.<type>. JSON field names are
 // the wire contract documented in subjects.md.
+//
+// The zero value of every field means its documented default, in Go as in
+// JSON, where the default applies to an absent field: a Spec{ID: "a", Type:
+// "t"} literal runs at DefaultPriority with DefaultMaxRetries, exactly like
+// the JSON {"id":"a","type":"t"}. Priority and MaxRetries are pointers
+// because their zero is a meaningful value of its own: set them with new,
+// as in Priority: new(0) (the highest priority) or MaxRetries: new(0) (no
+// retry), and read them with PriorityLevel and RetryLimit, which apply the
+// defaults.
 type Spec struct {
 	// ID is chosen by the client; the SDK generates a sortable unique one when empty.
 	ID string `json:"id"`
@@ -41,37 +52,41 @@ type Spec struct {
 	Type string `json:"type"`
 	// Payload is any JSON value handed to the handler.
 	Payload json.RawMessage `json:"payload,omitempty"`
-	// Priority is 0 (highest) … 5 (lowest).
-	Priority int `json:"priority"`
-	// Capability routes the task to executors that declared it.
-	Capability string `json:"capability"`
+	// Priority is 0 (highest) … MaxPriority (lowest). Nil: DefaultPriority (2).
+	Priority *int `json:"priority,omitempty"`
+	// Capability routes the task to executors that declared it. Empty:
+	// DefaultCapability ("default").
+	Capability string `json:"capability,omitempty"`
 	// DependsOn lists task ids that must succeed before this task is ready.
 	DependsOn []string `json:"depends_on,omitempty"`
-	// MaxRetries is how many retries follow a failed first attempt.
-	MaxRetries int `json:"max_retries"`
-	// Timeout bounds one execution attempt.
-	Timeout Duration `json:"timeout"`
+	// MaxRetries is how many retries follow a failed first attempt, 0 …
+	// MaxRetriesLimit. Nil: DefaultMaxRetries (5); new(0): no retry.
+	MaxRetries *int `json:"max_retries,omitempty"`
+	// Timeout bounds one execution attempt. Zero: DefaultTimeout (10m).
+	Timeout Duration `json:"timeout,omitempty"`
 	// EstimatedCost is the task's weight against an executor's capacity.
-	EstimatedCost float64 `json:"estimated_cost"`
+	// Zero: DefaultEstimatedCost (1).
+	EstimatedCost float64 `json:"estimated_cost,omitempty"`
 
-	// Delay holds the task until this long after it was accepted.
+	// Delay holds the task until this long after it was accepted. Zero: no delay.
 	Delay Duration `json:"delay,omitempty"`
 	// RunAt holds the task until this time. At most one of Delay and RunAt.
 	RunAt *time.Time `json:"run_at,omitempty"`
 	// Deadline expires the task if it has not finished by then.
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// TTL expires the task if it has not finished this long after it was
-	// accepted. At most one of Deadline and TTL.
+	// accepted. At most one of Deadline and TTL. Zero: no TTL.
 	TTL Duration `json:"ttl,omitempty"`
 	// DispatchTimeout re-dispatches a ready task no executor started within
 	// it (new execution id), up to MaxDispatches times, then fails it.
+	// Zero: no dispatch timeout.
 	DispatchTimeout Duration `json:"dispatch_timeout,omitempty"`
 	// MaxDispatches bounds dispatches per attempt when DispatchTimeout is
-	// set. Default 3.
+	// set, 0 … 100. Zero: DefaultMaxDispatches (3).
 	MaxDispatches int `json:"max_dispatches,omitempty"`
 	// DependencyTimeout is how long the task waits for an upstream in
 	// DependsOn that does not exist (its submission may still be in
-	// flight) before it is cancelled naming the missing id. 0: the
+	// flight) before it is cancelled naming the missing id. Zero: the
 	// orchestrator's default (10 minutes unless configured).
 	DependencyTimeout Duration `json:"dependency_timeout,omitempty"`
 
@@ -80,13 +95,31 @@ type Spec struct {
 	// over their outcomes (see executor.HandleShards).
 	Shardable bool `json:"shardable,omitempty"`
 	// MaxParallelShards bounds the shards of this task that are released
-	// (ready, running or retrying) at once. 0: no limit.
+	// (ready, running or retrying) at once. Zero: no limit.
 	MaxParallelShards int `json:"max_parallel_shards,omitempty"`
-	// MinShardSuccess is the partial-failure policy: 0 fails the task as
-	// soon as one shard does not succeed (cancelling the rest); a fraction
-	// in (0, 1] waits for every shard and aggregates when at least that
-	// fraction succeeded.
+	// MinShardSuccess is the partial-failure policy. Zero (the default)
+	// fails the task as soon as one shard does not succeed (cancelling the
+	// rest); a fraction in (0, 1] waits for every shard and aggregates when
+	// at least that fraction succeeded.
 	MinShardSuccess float64 `json:"min_shard_success,omitempty"`
+}
+
+// PriorityLevel returns the spec's priority with the default applied: 0
+// (highest) … MaxPriority.
+func (s Spec) PriorityLevel() int {
+	if s.Priority == nil {
+		return DefaultPriority
+	}
+	return *s.Priority
+}
+
+// RetryLimit returns how many retries follow a failed first attempt, with
+// the default applied.
+func (s Spec) RetryLimit() int {
+	if s.MaxRetries == nil {
+		return DefaultMaxRetries
+	}
+	return *s.MaxRetries
 }
 
 // wireSpec mirrors Spec with pointers so absent fields can be told from zero.
@@ -115,34 +148,36 @@ type wireSpec struct {
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
-// the wrong type are errors) and fills defaults. It does not validate; call
-// Validate for that.
+// the wrong type are errors, naming the field) and fills the defaults of
+// absent fields. An explicit timeout or estimated_cost must be positive (the
+// wire contract; leave the field out for its default). It does not
+// otherwise validate; call Validate for that.
 func DecodeSpec(data []byte) (Spec, error) {
 	var w wireSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return Spec{}, fmt.Errorf("decode task spec: %w", describeJSONError(err))
+		return Spec{}, fmt.Errorf("decode task spec: %w", describeJSONError(data, err, &wireSpec{}))
 	}
 	if dec.More() {
 		return Spec{}, errors.New("decode task spec: trailing data after the JSON object")
 	}
+	switch {
+	case w.Timeout != nil && *w.Timeout <= 0:
+		return Spec{}, &ValidationError{"timeout", "must be positive"}
+	case w.EstimatedCost != nil && !(*w.EstimatedCost > 0):
+		return Spec{}, &ValidationError{"estimated_cost", fmt.Sprintf("%v must be a positive number", *w.EstimatedCost)}
+	}
 	return w.spec(), nil
 }
 
+// spec converts a decoded wire spec: an absent field gets its default.
 func (w wireSpec) spec() Spec {
-	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Capability: w.Capability, DependsOn: w.DependsOn,
+	s := Spec{ID: w.ID, Type: w.Type, Payload: w.Payload, Priority: w.Priority, Capability: w.Capability,
+		DependsOn: w.DependsOn, MaxRetries: w.MaxRetries,
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
 		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess}
-	s.Priority = DefaultPriority
-	if w.Priority != nil {
-		s.Priority = *w.Priority
-	}
-	s.MaxRetries = DefaultMaxRetries
-	if w.MaxRetries != nil {
-		s.MaxRetries = *w.MaxRetries
-	}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -151,16 +186,20 @@ func (w wireSpec) spec() Spec {
 	if w.EstimatedCost != nil {
 		s.EstimatedCost = *w.EstimatedCost
 	}
-	if s.Capability == "" {
-		s.Capability = DefaultCapability
-	}
+	s.Normalize()
 	return s
 }
 
-// Normalize fills defaults into a spec built in Go (zero values mean "use the
-// default" for capability, timeout and estimated cost; priority and
-// max_retries are taken as given).
+// Normalize replaces every unset field by its default, so the spec reads
+// the same everywhere (the orchestrator stores specs normalized). It is
+// idempotent.
 func (s *Spec) Normalize() {
+	if s.Priority == nil {
+		s.Priority = new(DefaultPriority)
+	}
+	if s.MaxRetries == nil {
+		s.MaxRetries = new(DefaultMaxRetries)
+	}
 	if s.Capability == "" {
 		s.Capability = DefaultCapability
 	}
@@ -175,10 +214,36 @@ func (s *Spec) Normalize() {
 	}
 }
 
-func describeJSONError(err error) error {
+// describeJSONError names the field a decoding error is about. encoding/json
+// names it for a value of the wrong JSON type, but not when a field's own
+// UnmarshalText refuses the value (a duration such as "soon"): then each
+// member of the object is decoded alone into a fresh into to find it.
+func describeJSONError(data []byte, err error, into any) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
 		return fmt.Errorf("field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return err
+	}
+	var members map[string]json.RawMessage
+	if json.Unmarshal(data, &members) != nil {
+		return err
+	}
+	keys := make([]string, 0, len(members))
+	for k := range members {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		one, merr := json.Marshal(map[string]json.RawMessage{k: members[k]})
+		if merr != nil {
+			continue
+		}
+		if json.Unmarshal(one, reflect.New(reflect.TypeOf(into).Elem()).Interface()) != nil {
+			return fmt.Errorf("field %q: %w", k, err)
+		}
 	}
 	return err
 }
@@ -200,16 +265,21 @@ func ValidType(t string) bool { return typePattern.MatchString(t) }
 // ValidCapability reports whether c can name a capability (one subject token).
 func ValidCapability(c string) bool { return tokenPattern.MatchString(c) }
 
-// ValidationError says why a spec was rejected.
+// ValidationError says why a spec was rejected. Test for it with
+// errors.As; its Error is "<field>: <reason>".
 type ValidationError struct {
-	Field  string
+	// Field is the JSON name of the field at fault, such as "priority".
+	Field string
+	// Reason says what is wrong with its value.
 	Reason string
 }
 
+// Error returns "<field>: <reason>".
 func (e *ValidationError) Error() string { return e.Field + ": " + e.Reason }
 
-// Validate checks a spec with defaults applied. maxPayload ≤ 0 means
-// DefaultMaxPayload.
+// Validate checks a spec; unset fields count as their defaults (call
+// Normalize to fill them in). A rejection is a *ValidationError naming the
+// field. maxPayload ≤ 0 means DefaultMaxPayload.
 func (s *Spec) Validate(maxPayload int) error {
 	if maxPayload <= 0 {
 		maxPayload = DefaultMaxPayload
@@ -225,15 +295,15 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"type", "is empty"}
 	case !ValidType(s.Type):
 		return &ValidationError{"type", fmt.Sprintf("%q is not dot-separated tokens of [A-Za-z0-9_-]", s.Type)}
-	case s.Priority < 0 || s.Priority > MaxPriority:
-		return &ValidationError{"priority", fmt.Sprintf("%d is out of range 0..%d", s.Priority, MaxPriority)}
-	case !ValidCapability(s.Capability):
+	case s.PriorityLevel() < 0 || s.PriorityLevel() > MaxPriority:
+		return &ValidationError{"priority", fmt.Sprintf("%d is out of range 0..%d", s.PriorityLevel(), MaxPriority)}
+	case s.Capability != "" && !ValidCapability(s.Capability):
 		return &ValidationError{"capability", fmt.Sprintf("%q is not one token of [A-Za-z0-9_-]", s.Capability)}
-	case s.MaxRetries < 0 || s.MaxRetries > MaxRetriesLimit:
-		return &ValidationError{"max_retries", fmt.Sprintf("%d is out of range 0..%d", s.MaxRetries, MaxRetriesLimit)}
-	case s.Timeout <= 0:
+	case s.RetryLimit() < 0 || s.RetryLimit() > MaxRetriesLimit:
+		return &ValidationError{"max_retries", fmt.Sprintf("%d is out of range 0..%d", s.RetryLimit(), MaxRetriesLimit)}
+	case s.Timeout < 0:
 		return &ValidationError{"timeout", "must be positive"}
-	case !(s.EstimatedCost > 0) || s.EstimatedCost > 1e9:
+	case !(s.EstimatedCost >= 0) || s.EstimatedCost > 1e9:
 		return &ValidationError{"estimated_cost", fmt.Sprintf("%v must be a positive number", s.EstimatedCost)}
 	case len(s.Payload) > maxPayload:
 		return &ValidationError{"payload", fmt.Sprintf("%d bytes exceeds the limit of %d", len(s.Payload), maxPayload)}
@@ -299,14 +369,14 @@ func (d *Duration) UnmarshalText(b []byte) error {
 // Std returns d as a time.Duration.
 func (d Duration) Std() time.Duration { return time.Duration(d) }
 
-// New returns a spec of a type with every default set (priority 2, capability
-// "default", 5 retries, 10m timeout, cost 1) and payload marshalled to JSON
-// (a []byte or json.RawMessage is used as is). Set fields on the result to
-// change them. A Spec literal instead means what it says: its zero Priority
-// is p0 and its zero MaxRetries is no retry.
+// New returns a spec of a type with its payload marshalled to JSON (a []byte
+// or json.RawMessage is used as is) and every default set (priority 2,
+// capability "default", 5 retries, 10m timeout, cost 1), as Normalize sets
+// them. Set fields on the result to change them. A Spec literal means the
+// same defaults for the fields it leaves unset.
 func New(taskType string, payload any) (Spec, error) {
-	s := Spec{Type: taskType, Priority: DefaultPriority, Capability: DefaultCapability,
-		MaxRetries: DefaultMaxRetries, Timeout: Duration(DefaultTimeout), EstimatedCost: DefaultEstimatedCost}
+	s := Spec{Type: taskType}
+	s.Normalize()
 	switch p := payload.(type) {
 	case nil:
 	case json.RawMessage:

@@ -1,6 +1,8 @@
 package task
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,16 +13,76 @@ func TestDecodeSpecDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Priority != DefaultPriority || s.Capability != DefaultCapability || s.MaxRetries != DefaultMaxRetries ||
-		s.Timeout.Std() != DefaultTimeout || s.EstimatedCost != DefaultEstimatedCost {
+	if s.PriorityLevel() != DefaultPriority || s.Capability != DefaultCapability || s.RetryLimit() != DefaultMaxRetries ||
+		s.Timeout.Std() != DefaultTimeout || s.EstimatedCost != DefaultEstimatedCost || s.Priority == nil || s.MaxRetries == nil {
 		t.Fatalf("defaults not applied: %+v", s)
 	}
 	s, err = DecodeSpec([]byte(`{"id":"a1","type":"t","priority":0,"max_retries":0,"timeout":"2s","estimated_cost":0.5}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Priority != 0 || s.MaxRetries != 0 || s.Timeout.Std() != 2*time.Second || s.EstimatedCost != 0.5 {
+	if s.PriorityLevel() != 0 || s.RetryLimit() != 0 || s.Timeout.Std() != 2*time.Second || s.EstimatedCost != 0.5 {
 		t.Fatalf("explicit zero values lost: %+v", s)
+	}
+}
+
+// TestZeroValuesMeanDefaultsInGoAndJSON: a Go literal that leaves fields
+// unset means the same as JSON without them, whether the literal is
+// normalized in Go or sent as JSON; explicit zeros survive both ways.
+func TestZeroValuesMeanDefaultsInGoAndJSON(t *testing.T) {
+	fromJSON, err := DecodeSpec([]byte(`{"id":"a1","type":"t"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	literal := Spec{ID: "a1", Type: "t"}
+	wire, err := json.Marshal(literal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(wire) != `{"id":"a1","type":"t"}` {
+		t.Errorf("a literal with unset fields travels as %s, want only id and type", wire)
+	}
+	viaWire, err := DecodeSpec(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	normalized := literal
+	normalized.Normalize()
+	fromNew, err := New("t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromNew.ID = "a1"
+	for name, s := range map[string]Spec{"literal sent as JSON": viaWire, "literal normalized": normalized, "New": fromNew} {
+		if !reflect.DeepEqual(s, fromJSON) {
+			t.Errorf("%s: %+v, want %+v (the JSON defaults)", name, s, fromJSON)
+		}
+		if s.PriorityLevel() != 2 || s.RetryLimit() != 5 {
+			t.Errorf("%s: priority %d, %d retries; want 2 and 5", name, s.PriorityLevel(), s.RetryLimit())
+		}
+	}
+	if literal.PriorityLevel() != DefaultPriority || literal.RetryLimit() != DefaultMaxRetries {
+		t.Errorf("accessors of an unnormalized literal: %d, %d", literal.PriorityLevel(), literal.RetryLimit())
+	}
+	again := normalized
+	again.Normalize()
+	if !reflect.DeepEqual(again, normalized) {
+		t.Errorf("Normalize is not idempotent: %+v then %+v", normalized, again)
+	}
+
+	explicit := Spec{ID: "a1", Type: "t", Priority: new(0), MaxRetries: new(0)}
+	wire, err = json.Marshal(explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeSpec(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	explicit.Normalize()
+	if back.PriorityLevel() != 0 || back.RetryLimit() != 0 || explicit.PriorityLevel() != 0 || explicit.RetryLimit() != 0 {
+		t.Errorf("p0 with no retries became %s: p%d, %d retries (normalized p%d, %d)", wire,
+			back.PriorityLevel(), back.RetryLimit(), explicit.PriorityLevel(), explicit.RetryLimit())
 	}
 }
 
@@ -37,7 +99,10 @@ func TestBadSpecs(t *testing.T) {
 		{"empty type", `{"id":"a","type":""}`, "type: is empty"},
 		{"bad id", `{"id":"a.b","type":"t"}`, "id:"},
 		{"bad capability", `{"id":"a","type":"t","capability":"a.b"}`, "capability"},
-		{"bad timeout", `{"id":"a","type":"t","timeout":"soon"}`, "duration"},
+		{"bad timeout", `{"id":"a","type":"t","timeout":"soon"}`, `field "timeout": duration "soon"`},
+		{"bad ttl", `{"id":"a","type":"t","ttl":"-"}`, `field "ttl": duration "-"`},
+		{"bad dispatch timeout", `{"id":"a","type":"t","capability":"c","dispatch_timeout":"1 minute"}`, `field "dispatch_timeout"`},
+		{"zero timeout", `{"id":"a","type":"t","timeout":"0s"}`, "timeout: must be positive"},
 		{"numeric timeout", `{"id":"a","type":"t","timeout":30}`, `field "timeout"`},
 		{"zero cost", `{"id":"a","type":"t","estimated_cost":0}`, "estimated_cost"},
 		{"self dependency", `{"id":"a","type":"t","depends_on":["a"]}`, "itself"},

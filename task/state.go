@@ -27,8 +27,11 @@ const (
 	Expired State = "expired"
 )
 
-// States lists every state in life-cycle order.
-var States = []State{Waiting, Ready, Running, Retrying, Succeeded, Failed, Cancelled, Expired}
+// states lists every state in life-cycle order.
+var states = [...]State{Waiting, Ready, Running, Retrying, Succeeded, Failed, Cancelled, Expired}
+
+// States returns every state in life-cycle order (a new slice each call).
+func States() []State { return append([]State(nil), states[:]...) }
 
 // Terminal reports whether no further transition is expected (a failed task
 // can still be re-driven by an operator).
@@ -42,7 +45,7 @@ func (s State) Terminal() bool {
 
 // Valid reports whether s is one of the defined states.
 func (s State) Valid() bool {
-	for _, v := range States {
+	for _, v := range states {
 		if s == v {
 			return true
 		}
@@ -50,10 +53,9 @@ func (s State) Valid() bool {
 	return false
 }
 
-// Transitions is the explicit transition table: Transitions[from] lists the
-// states a task in from may move to. A new task starts in Waiting, Ready or
-// Cancelled (when an upstream dependency already did not succeed).
-var Transitions = map[State][]State{
+// transitions is the explicit transition table: transitions[from] lists the
+// states a task in from may move to.
+var transitions = map[State][]State{
 	// Waiting → Succeeded/Failed: a sharded task's shards ended (no aggregator, or the policy failed it).
 	Waiting: {Ready, Waiting, Succeeded, Failed, Cancelled, Expired},
 	Ready:   {Running, Ready, Failed, Cancelled, Expired},
@@ -66,16 +68,29 @@ var Transitions = map[State][]State{
 	Expired:   nil,
 }
 
-// InitialStates are the states a task may be created in.
-// Expired: a deadline that had passed at submission.
-var InitialStates = []State{Waiting, Ready, Cancelled, Expired}
+// initialStates are the states a task may be created in: Waiting, Ready,
+// Cancelled (an upstream dependency already did not succeed) or Expired (a
+// deadline that had passed at submission).
+var initialStates = []State{Waiting, Ready, Cancelled, Expired}
+
+// Transitions returns the states a task in from may move to, from the
+// transition table (a new slice each call; nil for a terminal state other
+// than Failed, or an unknown one). An empty from means the task is being
+// created: a new task starts in Waiting, Ready, Cancelled (an upstream
+// dependency already did not succeed) or Expired (its deadline had passed).
+func Transitions(from State) []State {
+	if from == "" {
+		return append([]State(nil), initialStates...)
+	}
+	return append([]State(nil), transitions[from]...)
+}
 
 // CanTransition reports whether from → to is allowed. An empty from means the
 // task is being created.
 func CanTransition(from, to State) bool {
-	allowed := InitialStates
+	allowed := initialStates
 	if from != "" {
-		allowed = Transitions[from]
+		allowed = transitions[from]
 	}
 	for _, s := range allowed {
 		if s == to {
@@ -87,9 +102,12 @@ func CanTransition(from, to State) bool {
 
 // ErrInvalidTransition is returned when a transition is not in the table.
 type ErrInvalidTransition struct {
+	// From is the task's state ("" when it was being created); To the
+	// state it was asked to move to.
 	From, To State
 }
 
+// Error names the refused move, such as "invalid transition succeeded -> ready".
 func (e *ErrInvalidTransition) Error() string {
 	from := string(e.From)
 	if from == "" {

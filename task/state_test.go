@@ -4,13 +4,13 @@ import "testing"
 
 func TestTransitionTable(t *testing.T) {
 	allowed := map[[2]State]bool{}
-	for from, tos := range Transitions {
-		for _, to := range tos {
+	for _, from := range States() {
+		for _, to := range Transitions(from) {
 			allowed[[2]State{from, to}] = true
 		}
 	}
-	for _, from := range States {
-		for _, to := range States {
+	for _, from := range States() {
+		for _, to := range States() {
 			got := CanTransition(from, to)
 			if got != allowed[[2]State{from, to}] {
 				t.Errorf("CanTransition(%s, %s) = %v, table says %v", from, to, got, !got)
@@ -34,5 +34,23 @@ func TestTransitionTable(t *testing.T) {
 		if CanTransition(m[0], m[1]) {
 			t.Errorf("%s -> %s must be refused", m[0], m[1])
 		}
+	}
+}
+
+// TestTablesCannotBeChangedByCallers: the slices handed out are copies, so
+// an importer cannot change what the orchestrator allows.
+func TestTablesCannotBeChangedByCallers(t *testing.T) {
+	States()[0] = "hijacked"
+	Transitions(Succeeded)
+	tos := Transitions(Waiting)
+	tos[0] = Succeeded
+	_ = append(Transitions(Cancelled), Ready)
+	initial := Transitions("")
+	initial[0] = Running
+	if States()[0] != Waiting || Transitions(Waiting)[0] != Ready || CanTransition(Cancelled, Ready) || CanTransition("", Running) {
+		t.Fatal("a caller changed the state tables through a returned slice")
+	}
+	if len(States()) != 8 || !Waiting.Valid() || State("hijacked").Valid() {
+		t.Fatalf("states %v", States())
 	}
 }

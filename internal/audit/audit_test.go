@@ -16,7 +16,6 @@ import (
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -47,7 +46,7 @@ func brokenShard(i int) bool { return i == 4 || i == 9 || i == 10 }
 func setup(t *testing.T) fixture {
 	t.Helper()
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
 	ex.HandleShards(typeSplit, executor.Sharded{
@@ -82,9 +81,9 @@ func setup(t *testing.T) fixture {
 	c := testenv.Client(t, srv.URL())
 	f := fixture{db: db, long: task.NewID(), mid: task.NewID(), leaf: task.NewID()}
 	if _, err := c.SubmitGraph(ctx, []task.Spec{
-		{ID: f.long, Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"60s"}`), Priority: 2},
-		{ID: f.mid, Type: demo.TypeNoop, DependsOn: []string{f.long}, Priority: 2},
-		{ID: f.leaf, Type: demo.TypeNoop, DependsOn: []string{f.mid, f.long}, Priority: 2},
+		{ID: f.long, Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"60s"}`), Priority: new(2)},
+		{ID: f.mid, Type: demo.TypeNoop, DependsOn: []string{f.long}, Priority: new(2)},
+		{ID: f.leaf, Type: demo.TypeNoop, DependsOn: []string{f.mid, f.long}, Priority: new(2)},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,26 +93,26 @@ func setup(t *testing.T) fixture {
 		defer cancel()
 		_, _ = c.Cancel(ctx, f.long, "test over")
 	})
-	if f.flaky, err = c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: 1, MaxRetries: 3}); err != nil {
+	if f.flaky, err = c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: new(1), MaxRetries: new(3)}); err != nil {
 		t.Fatal(err)
 	}
-	if f.failing, err = c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: 1, MaxRetries: 1}); err != nil {
+	if f.failing, err = c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: new(1), MaxRetries: new(1)}); err != nil {
 		t.Fatal(err)
 	}
-	if f.noop, err = c.Submit(ctx, task.Spec{Type: demo.TypeNoop, Priority: 1}); err != nil {
+	if f.noop, err = c.Submit(ctx, task.Spec{Type: demo.TypeNoop, Priority: new(1)}); err != nil {
 		t.Fatal(err)
 	}
-	if f.delayed, err = c.Submit(ctx, task.Spec{Type: demo.TypeNoop, Priority: 1, Delay: task.Duration(3 * time.Hour)}); err != nil {
+	if f.delayed, err = c.Submit(ctx, task.Spec{Type: demo.TypeNoop, Priority: new(1), Delay: task.Duration(3 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if f.nobody, err = c.Submit(ctx, task.Spec{Type: demo.TypeNoop, Priority: 1, Capability: "nobody",
+	if f.nobody, err = c.Submit(ctx, task.Spec{Type: demo.TypeNoop, Priority: new(1), Capability: "nobody",
 		DispatchTimeout: task.Duration(30 * time.Millisecond), MaxDispatches: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// Enough shards succeed (9 of 12) for min_shard_success 0.5: the job
 	// aggregates and succeeds despite its failed shards.
 	f.sharded = task.NewID()
-	if _, err = c.Submit(ctx, task.Spec{ID: f.sharded, Type: typeSplit, Priority: 1, MaxRetries: 1,
+	if _, err = c.Submit(ctx, task.Spec{ID: f.sharded, Type: typeSplit, Priority: new(1), MaxRetries: new(1),
 		Shardable: true, MinShardSuccess: 0.5}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -23,7 +24,6 @@ import (
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/subject"
-	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -542,7 +542,7 @@ func backlog(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) (Ph
 		batch := specs(min(chunk, n-sent), prefix, &seq)
 		ids := make([]string, len(batch))
 		for i := range batch {
-			batch[i].Priority = 5
+			batch[i].Priority = new(5)
 			ids[i] = batch[i].ID
 		}
 		r.expect(ids)
@@ -551,7 +551,7 @@ func backlog(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) (Ph
 		}
 	}
 	u := specs(1, prefix+"urgent-", &seq)[0]
-	u.Priority = 0
+	u.Priority = new(0)
 	u.Payload = []byte(`{"t":` + strconv.FormatInt(time.Now().UnixNano(), 10) + `,"u":true}`)
 	r.expect([]string{u.ID})
 	if _, err := c.Submit(ctx, u); err != nil {
@@ -610,7 +610,7 @@ func startStack(ctx context.Context, url string, opts []nats.Option, replicas in
 	if err != nil {
 		return st, err
 	}
-	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: &log, Topology: topology.Options{Replicas: replicas}}); err == nil {
+	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: slog.New(zerolog.NewSlogHandler(log)), Topology: orchestrator.TopologyOptions{Replicas: replicas}}); err == nil {
 		err = st.orch.Start(ctx)
 	}
 	if err != nil {

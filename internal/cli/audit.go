@@ -217,7 +217,7 @@ func auditShardStates(states map[string]int) string {
 	var total int
 	var parts []string
 	seen := map[string]bool{}
-	for _, st := range task.States {
+	for _, st := range task.States() {
 		seen[string(st)] = true
 		if n := states[string(st)]; n > 0 {
 			total += n

@@ -15,7 +15,6 @@ import (
 	"github.com/ax-run/ax/internal/audit"
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -34,7 +33,7 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 	t.Setenv(envMySQLDSN, "")
 	srv := testenv.NATS(t)
 	url := srv.URL()
-	testenv.Orchestrator(t, url, orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	testenv.Orchestrator(t, url, orchestrator.Config{Retry: orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, url, executor.Config{})
 	demo.Register(ex)
 	testenv.Start(t, ex)
@@ -50,11 +49,11 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 		mirrorDone <- code
 	}()
 
-	flaky, err := c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), Priority: 1, MaxRetries: 2})
+	flaky, err := c.Submit(ctx, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), Priority: new(1), MaxRetries: new(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	failing, err := c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: 1, MaxRetries: 0})
+	failing, err := c.Submit(ctx, task.Spec{Type: demo.TypeFail, Priority: new(1), MaxRetries: new(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +211,7 @@ func TestAuditShardsCommand(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	url := srv.URL()
-	testenv.Orchestrator(t, url, orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	testenv.Orchestrator(t, url, orchestrator.Config{Retry: orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, url, executor.Config{})
 	ex.HandleShards("split", executor.Sharded{
 		Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) { return make([]executor.Shard, 6), nil },

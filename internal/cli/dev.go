@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,7 +96,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	if err != nil {
 		return err
 	}
-	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "orchestrator-dev", Logger: &log})
+	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log))})
 	if err != nil {
 		return err
 	}

@@ -68,13 +68,14 @@ func submitCmd(g *globals) *cobra.Command {
 			return nil
 		}),
 	}
+	spec.Priority, spec.MaxRetries = new(task.DefaultPriority), new(task.DefaultMaxRetries)
 	f := cmd.Flags()
 	f.StringVar(&spec.ID, "id", "", "task id (default: a new sortable unique id)")
 	f.StringVar(&payload, "payload", "", "payload as JSON")
-	f.IntVar(&spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
+	f.IntVar(spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
 	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first")
-	f.IntVar(&spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
+	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
 	f.StringVarP(&file, "file", "f", "", "JSON file with one spec, or a graph {\"tasks\":[…]}")
@@ -144,7 +145,11 @@ func statusCmd(g *globals) *cobra.Command {
 				}
 			}
 			if g.jsonOutput() {
-				return g.printJSON(map[string]any{"task": t, "history": h, "shards": shards})
+				out := map[string]any{"task": t, "history": h}
+				if shards != nil {
+					out["shards"] = shards
+				}
+				return g.printJSON(out)
 			}
 			printTask(g, t)
 			if shards != nil {
@@ -182,9 +187,9 @@ func printTask(g *globals, t *task.Task) {
 	row("Type", t.Type)
 	row("State", string(t.State))
 	row("Reason", t.Reason)
-	row("Priority", fmt.Sprintf("p%d", t.Priority))
+	row("Priority", fmt.Sprintf("p%d", t.PriorityLevel()))
 	row("Capability", t.Capability)
-	row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.MaxRetries+1))
+	row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.RetryLimit()+1))
 	row("Execution", t.ExecutionID)
 	row("Executor", t.Executor)
 	if t.IsShard() {

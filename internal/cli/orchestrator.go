@@ -2,13 +2,12 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/ax-run/ax/internal/breaker"
-	"github.com/ax-run/ax/internal/retry"
-	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/orchestrator"
 )
 
@@ -26,7 +25,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer d.stop()
 			log, nc, reg := d.log, d.nc, d.reg
-			cfg.Logger, cfg.Metrics = &log, registerer(reg)
+			cfg.Logger, cfg.Metrics = slog.New(zerolog.NewSlogHandler(log)), registerer(reg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
 				return err
@@ -63,9 +62,9 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.IntVar(&cfg.Workers, "workers", orchestrator.DefaultWorkers, "messages handled concurrently per consumer")
 	f.DurationVar(&cfg.AckWait, "ack-wait", orchestrator.DefaultAckWait, "how long a message held by an orchestrator that died waits before another takes it")
 	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes (default 256 KiB)")
-	f.DurationVar(&cfg.Retry.Base, "retry-base", retry.DefaultBase, "delay before the first retry")
-	f.Float64Var(&cfg.Retry.Factor, "retry-factor", retry.DefaultFactor, "backoff multiplier per retry")
-	f.DurationVar(&cfg.Retry.Max, "retry-max", retry.DefaultMax, "largest backoff delay before jitter")
+	f.DurationVar(&cfg.Retry.Base, "retry-base", orchestrator.DefaultRetryBase, "delay before the first retry")
+	f.Float64Var(&cfg.Retry.Factor, "retry-factor", orchestrator.DefaultRetryFactor, "backoff multiplier per retry")
+	f.DurationVar(&cfg.Retry.Max, "retry-max", orchestrator.DefaultRetryMax, "largest backoff delay before jitter")
 	f.IntVar(&cfg.Topology.Replicas, "replicas", 0, "stream replicas, e.g. 3 on a NATS cluster (0 keeps the streams' count, 1 for new ones; lowering it is refused: use `ax topology --replicas N`)")
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
 	f.DurationVar(&cfg.Topology.TaskHistoryMaxAge, "history-max-age", 0, "remove a finished task's history this long after it finished (0: keep for ever); unfinished tasks are never removed")
@@ -73,12 +72,12 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", orchestrator.DefaultReconcileInterval, "how long an unfinished task may stand still before the reconciler first looks at it")
 	f.DurationVar(&cfg.ReconcileMaxInterval, "reconcile-max-interval", orchestrator.DefaultReconcileMaxInterval, "longest gap between the reconciler's looks at a task that stands still")
 	f.DurationVar(&cfg.RunGrace, "run-grace", orchestrator.DefaultRunGrace, "how long past start + timeout a running task with no live lease is given before its attempt fails with 'lease expired'")
-	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", window.DefaultLimit, "retries of one task type that may start per --retry-window")
-	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", window.DefaultWidth, "window of the retry budget")
-	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", breaker.DefaultThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")
-	f.IntVar(&cfg.Breaker.MinVolume, "breaker-min-volume", breaker.DefaultMinVolume, "attempts in the window before a breaker may open")
-	f.DurationVar(&cfg.Breaker.Window, "breaker-window", breaker.DefaultWindow, "sliding window of a breaker")
-	f.DurationVar(&cfg.Breaker.Cooldown, "breaker-cooldown", breaker.DefaultCooldown, "how long an open breaker holds tasks before probing")
-	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", breaker.DefaultProbes, "tasks let through while half-open")
-	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", breaker.DefaultProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
+	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", orchestrator.DefaultRetryBudgetLimit, "retries of one task type that may start per --retry-window")
+	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", orchestrator.DefaultRetryBudgetWidth, "window of the retry budget")
+	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", orchestrator.DefaultBreakerThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")
+	f.IntVar(&cfg.Breaker.MinVolume, "breaker-min-volume", orchestrator.DefaultBreakerMinVolume, "attempts in the window before a breaker may open")
+	f.DurationVar(&cfg.Breaker.Window, "breaker-window", orchestrator.DefaultBreakerWindow, "sliding window of a breaker")
+	f.DurationVar(&cfg.Breaker.Cooldown, "breaker-cooldown", orchestrator.DefaultBreakerCooldown, "how long an open breaker holds tasks before probing")
+	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", orchestrator.DefaultBreakerProbes, "tasks let through while half-open")
+	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", orchestrator.DefaultBreakerProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
 }

@@ -53,6 +53,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "ax:", err)
+		if g.jsonOutput() {
+			_ = g.printJSON(errorJSON(err))
+		}
 		return 1
 	}
 	return 0
@@ -138,11 +141,11 @@ func (g *globals) withJetStream(fn func(ctx context.Context, js jetstream.JetStr
 	}
 }
 
-// printJSON writes v as indented JSON.
+// printJSON writes v as indented JSON, empty lists as [] (see output.go).
 func (g *globals) printJSON(v any) error {
 	enc := json.NewEncoder(g.stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return enc.Encode(emptyNotNull(v))
 }
 
 func (g *globals) jsonOutput() bool { return g.output == "json" }

@@ -43,14 +43,15 @@ func scheduleCmd(g *globals) *cobra.Command {
 			return printSchedules(g, []task.Schedule{*got})
 		}),
 	}
+	s.Template.Priority, s.Template.MaxRetries = new(task.DefaultPriority), new(task.DefaultMaxRetries)
 	f := create.Flags()
 	f.StringVar(&s.Cron, "cron", "", "5-field (minute first) or 6-field (seconds first) cron, @hourly…, or \"@every 30s\" (required)")
 	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone of the cron fields (default UTC)")
 	f.StringVar(&typ, "type", "", "task type of each firing (required)")
 	f.StringVar(&payload, "payload", "", "payload as JSON")
-	f.IntVar(&s.Template.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
+	f.IntVar(s.Template.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&s.Template.Capability, "capability", task.DefaultCapability, "capability")
-	f.IntVar(&s.Template.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries of each firing's task")
+	f.IntVar(s.Template.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries of each firing's task")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout")
 	f.DurationVar(&ttl, "ttl", 0, "expire a firing's task not finished within this")
 	f.StringVar(&s.Overlap, "overlap", task.OverlapSkip, "skip (a firing while the previous task runs is skipped) or allow")
@@ -64,7 +65,7 @@ func scheduleCmd(g *globals) *cobra.Command {
 		Short: "List schedules",
 		Args:  cobra.NoArgs,
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, _ []string) error {
-			ss, err := c.Schedules(cmd.Context())
+			ss, err := c.Schedules(ctx)
 			if err != nil {
 				return err
 			}

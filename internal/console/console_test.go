@@ -24,7 +24,6 @@ import (
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
@@ -60,7 +59,7 @@ type fixture struct {
 func setup(t *testing.T, withMySQL bool) *fixture {
 	t.Helper()
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
 	broken := &atomic.Bool{}
@@ -123,8 +122,8 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 	f := &fixture{t: t, c: c, js: js, url: hs.URL, broken: broken}
 	f.upstream, f.downstream = "up-"+task.NewID(), "down-"+task.NewID()
 	if _, err := c.SubmitGraph(ctx, []task.Spec{
-		{ID: f.upstream, Type: demo.TypeNoop, Priority: 1},
-		{ID: f.downstream, Type: demo.TypeNoop, Priority: 1, DependsOn: []string{f.upstream}},
+		{ID: f.upstream, Type: demo.TypeNoop, Priority: new(1)},
+		{ID: f.downstream, Type: demo.TypeNoop, Priority: new(1), DependsOn: []string{f.upstream}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -136,15 +135,15 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 		}
 		return id
 	}
-	f.failing = submit(task.Spec{ID: "fail-" + task.NewID(), Type: typeToggle, Priority: 1, MaxRetries: 0})
-	f.flaky = submit(task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: 2, MaxRetries: 3})
-	f.delayed = submit(task.Spec{Type: demo.TypeNoop, Priority: 3, Delay: task.Duration(3 * time.Hour)})
-	f.sharded = submit(task.Spec{Type: typeSplit, Priority: 1, Shardable: true, MinShardSuccess: 0.5})
+	f.failing = submit(task.Spec{ID: "fail-" + task.NewID(), Type: typeToggle, Priority: new(1), MaxRetries: new(0)})
+	f.flaky = submit(task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: new(2), MaxRetries: new(3)})
+	f.delayed = submit(task.Spec{Type: demo.TypeNoop, Priority: new(3), Delay: task.Duration(3 * time.Hour)})
+	f.sharded = submit(task.Spec{Type: typeSplit, Priority: new(1), Shardable: true, MinShardSuccess: 0.5})
 	// A rejected submission (priority out of range).
 	if _, err := js.Publish(ctx, "task.submit.console.bad", []byte(`{"id":"bad-input-1","priority":99}`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateSchedule(ctx, task.Schedule{Name: "nightly", Cron: "0 2 * * *", Template: task.Spec{Type: demo.TypeNoop, Priority: 2, Capability: "default", MaxRetries: 1}}); err != nil {
+	if _, err := c.CreateSchedule(ctx, task.Schedule{Name: "nightly", Cron: "0 2 * * *", Template: task.Spec{Type: demo.TypeNoop, Priority: new(2), Capability: "default", MaxRetries: new(1)}}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]task.State{f.upstream: task.Succeeded, f.downstream: task.Succeeded, f.failing: task.Failed,
@@ -548,7 +547,7 @@ func TestConsoleActions(t *testing.T) {
 	f.broken.Store(true)
 	var failing []string
 	for i := range 3 {
-		id, err := f.c.Submit(ctx, task.Spec{ID: fmt.Sprintf("bulk-%d-%s", i, task.NewID()), Type: typeToggle, Priority: 1})
+		id, err := f.c.Submit(ctx, task.Spec{ID: fmt.Sprintf("bulk-%d-%s", i, task.NewID()), Type: typeToggle, Priority: new(1)})
 		if err != nil {
 			t.Fatal(err)
 		}

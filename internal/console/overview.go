@@ -279,7 +279,7 @@ func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request, v *visit
 		s.fail(w, r, v, http.StatusBadGateway, "Overview unavailable", err.Error())
 		return
 	}
-	data := map[string]any{"Title": "Overview", "O": ov, "States": task.States}
+	data := map[string]any{"Title": "Overview", "O": ov, "States": task.States()}
 	switch part := r.URL.Query().Get("part"); part {
 	case "":
 		s.render(w, r, v, http.StatusOK, "overview", data)

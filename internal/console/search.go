@@ -74,7 +74,7 @@ func parseSearch(q url.Values) (searchParams, error) {
 		bad("type %q is not a valid task type", p.Type)
 	}
 	if p.State != "" && !task.State(p.State).Valid() {
-		bad("state %q is not one of %v", p.State, task.States)
+		bad("state %q is not one of %v", p.State, task.States())
 	}
 	if p.Capability != "" && !task.ValidCapability(p.Capability) {
 		bad("capability %q is not a valid capability", p.Capability)
@@ -205,8 +205,8 @@ func rowFromTask(t task.Task) Row {
 	if n := len(t.Errors); n > 0 && (t.State == task.Failed || t.State == task.Retrying) {
 		note = t.Errors[n-1].Error
 	}
-	return Row{ID: t.ID, Type: t.Type, State: string(t.State), Priority: t.Priority, Capability: t.Capability, Attempt: t.Attempt,
-		MaxRetries: t.MaxRetries, Executor: t.Executor, Note: note, Updated: t.UpdatedAt, Since: t.UpdatedAt}
+	return Row{ID: t.ID, Type: t.Type, State: string(t.State), Priority: t.PriorityLevel(), Capability: t.Capability, Attempt: t.Attempt,
+		MaxRetries: t.RetryLimit(), Executor: t.Executor, Note: note, Updated: t.UpdatedAt, Since: t.UpdatedAt}
 }
 
 // searchResult is a page of rows and where they came from.
@@ -357,7 +357,7 @@ func matches(p searchParams, t task.Task) bool {
 		p.Type != "" && t.Type != p.Type,
 		p.State != "" && string(t.State) != p.State,
 		p.Capability != "" && t.Capability != p.Capability,
-		p.Priority >= 0 && t.Priority != p.Priority,
+		p.Priority >= 0 && t.PriorityLevel() != p.Priority,
 		!p.From.IsZero() && t.UpdatedAt.Before(p.From),
 		!p.To.IsZero() && !t.UpdatedAt.Before(p.To):
 		return false
@@ -460,7 +460,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request, v *visit) 
 		return "/tasks?" + q.Encode()
 	}
 	data := map[string]any{
-		"Title": "Tasks", "P": p, "R": res, "States": task.States, "Query": p.values().Encode(), "Self": "/tasks?" + p.values().Encode(),
+		"Title": "Tasks", "P": p, "R": res, "States": task.States(), "Query": p.values().Encode(), "Self": "/tasks?" + p.values().Encode(),
 		"Prev": "", "Next": "", "SortUpdated": sortLink(audit.SortUpdated), "SortID": sortLink(audit.SortID),
 		"SortSince": sortLink(audit.SortStateSince), "Empty": p.empty(),
 		"From": fmtInput(p.From), "To": fmtInput(p.To), "Failed": p.State == string(task.Failed), "MaxBulk": maxBulk,

@@ -222,7 +222,7 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 		}
 	case task.Ready:
 		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity.",
-			since(t.ReadyAt), t.Capability, t.Priority, t.Attempt, t.MaxRetries+1))
+			since(t.ReadyAt), t.Capability, t.PriorityLevel(), t.Attempt, t.RetryLimit()+1))
 		if !s.watch.serves(t.Capability) {
 			out = append(out, fmt.Sprintf("No executor serving capability %q was seen in the last %s.", t.Capability, executorIdle))
 		}
@@ -230,7 +230,7 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 			out = append(out, fmt.Sprintf("Dispatched %d times without being started.", t.Dispatches))
 		}
 	case task.Running:
-		out = append(out, fmt.Sprintf("Running on executor %s%s (attempt %d of %d).", t.Executor, since(t.StartedAt), t.Attempt, t.MaxRetries+1))
+		out = append(out, fmt.Sprintf("Running on executor %s%s (attempt %d of %d).", t.Executor, since(t.StartedAt), t.Attempt, t.RetryLimit()+1))
 	case task.Retrying:
 		last := ""
 		if n := len(t.Errors); n > 0 {
@@ -240,7 +240,7 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 		if t.RetryAt != nil {
 			at = t.RetryAt.UTC().Format(time.RFC3339) + fmt.Sprintf(" (in %s)", t.RetryAt.Sub(now).Round(time.Second))
 		}
-		out = append(out, fmt.Sprintf("Attempt %d of %d failed (%s); the next attempt starts at %s.", t.Attempt, t.MaxRetries+1, last, at))
+		out = append(out, fmt.Sprintf("Attempt %d of %d failed (%s); the next attempt starts at %s.", t.Attempt, t.RetryLimit()+1, last, at))
 		if strings.HasPrefix(t.Reason, "held") {
 			out = append(out, "Held back: "+t.Reason+".")
 		}

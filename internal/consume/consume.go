@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/subject"
 )
@@ -46,8 +46,8 @@ type Loop struct {
 	// AckWait is the consumer's ack wait; a handler still running after a
 	// third of it extends the message's lease. Default 30s.
 	AckWait time.Duration
-	// Log receives warnings about failed handlers.
-	Log zerolog.Logger
+	// Log receives warnings about failed handlers. Default nil: no logs.
+	Log *slog.Logger
 	// MaxDeliveries is the delivery at which a message whose handler still
 	// fails is handed to Poison instead of being retried again. 0: retry
 	// for ever.
@@ -67,6 +67,9 @@ var ErrEnded = errors.New("consume loop ended")
 // (it cannot start, the consumer was deleted, its heartbeats stopped) it
 // finishes the messages in hand and returns an error: see Supervise.
 func (l *Loop) Run(ctx context.Context) error {
+	if l.Log == nil {
+		l.Log = slog.New(slog.DiscardHandler)
+	}
 	workers := l.Workers
 	if workers <= 0 {
 		workers = 64
@@ -119,7 +122,7 @@ func (l *Loop) Run(ctx context.Context) error {
 					return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, ierr)
 				}
 			}
-			l.Log.Warn().Err(err).Str("consumer", l.Name).Msg("pull failed; retrying")
+			l.Log.Warn("pull failed; retrying", slog.Any("error", err), slog.String("consumer", l.Name))
 			continue
 		}
 		sem <- struct{}{}
@@ -163,7 +166,7 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 	mu.Unlock()
 	if err == nil {
 		if err := msg.Ack(); err != nil {
-			l.Log.Warn().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).Msg("ack failed; message will be redelivered")
+			l.Log.Warn("ack failed; message will be redelivered", slog.Any("error", err), slog.String("consumer", l.Name), slog.String("subject", msg.Subject()))
 		}
 		return
 	}
@@ -173,17 +176,15 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 	}
 	if l.MaxDeliveries > 0 && delivered >= l.MaxDeliveries && l.Poison != nil {
 		if perr := l.Poison(ctx, msg, err); perr == nil {
-			l.Log.Error().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).
-				Uint64("deliveries", delivered).Msg("message could not be applied; kept as poison for re-drive (ax poison)")
+			l.Log.Error("message could not be applied; kept as poison for re-drive (ax poison)", slog.Any("error", err), slog.String("consumer", l.Name), slog.String("subject", msg.Subject()), slog.Uint64("deliveries", delivered))
 			_ = msg.Term()
 			return
 		} else {
-			l.Log.Warn().Err(perr).Str("consumer", l.Name).Msg("cannot keep a poison message; will retry it")
+			l.Log.Warn("cannot keep a poison message; will retry it", slog.Any("error", perr), slog.String("consumer", l.Name))
 		}
 	}
 	delay := NakDelay(delivered)
-	l.Log.Warn().Err(err).Str("consumer", l.Name).Str("subject", msg.Subject()).
-		Uint64("deliveries", delivered).Dur("redeliver_in", delay).Msg("handler failed; will retry")
+	l.Log.Warn("handler failed; will retry", slog.Any("error", err), slog.String("consumer", l.Name), slog.String("subject", msg.Subject()), slog.Uint64("deliveries", delivered), slog.Duration("redeliver_in", delay))
 	_ = msg.NakWithDelay(delay)
 }
 
@@ -259,7 +260,7 @@ func Supervise(ctx context.Context, l Loop, bind func(ctx context.Context) (jets
 			}
 		}
 		up(false)
-		l.Log.Error().Err(err).Str("consumer", l.Name).Dur("retry_in", wait).Msg("consume loop ended; recreating its consumer")
+		l.Log.Error("consume loop ended; recreating its consumer", slog.Any("error", err), slog.String("consumer", l.Name), slog.Duration("retry_in", wait))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

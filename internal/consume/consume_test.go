@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/subject"
@@ -56,7 +55,7 @@ func TestFailedMessagesAreRedelivered(t *testing.T) {
 	t.Parallel()
 	_, cons := setup(t, 30*time.Second)
 	var calls atomic.Int32
-	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Log: zerolog.Nop(), Handle: func(context.Context, jetstream.Msg) error {
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Handle: func(context.Context, jetstream.Msg) error {
 		if calls.Add(1) < 3 {
 			return errors.New("transient")
 		}
@@ -77,7 +76,7 @@ func TestLongHandlerKeepsItsLease(t *testing.T) {
 	t.Parallel()
 	_, cons := setup(t, time.Second)
 	var calls atomic.Int32
-	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, AckWait: time.Second, Log: zerolog.Nop(),
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, AckWait: time.Second,
 		Handle: func(context.Context, jetstream.Msg) error {
 			calls.Add(1)
 			time.Sleep(3 * time.Second) // three ack waits
@@ -99,7 +98,7 @@ func TestStopFinishesMessagesInHand(t *testing.T) {
 	entered := make(chan struct{})
 	var once sync.Once
 	var finished atomic.Bool
-	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Log: zerolog.Nop(), Handle: func(context.Context, jetstream.Msg) error {
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Handle: func(context.Context, jetstream.Msg) error {
 		once.Do(func() { close(entered) })
 		time.Sleep(500 * time.Millisecond)
 		finished.Store(true)
@@ -125,7 +124,7 @@ func TestPoisonAfterDeliveryLimit(t *testing.T) {
 	js, cons := setup(t, 30*time.Second)
 	ctx := testenv.Context(t, 30*time.Second)
 	var calls atomic.Int32 // AX_POISON exists: testenv creates AX's topology
-	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Log: zerolog.Nop(), MaxDeliveries: 3,
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, MaxDeliveries: 3,
 		Poison: consume.KeepPoison(js, "c"),
 		Handle: func(context.Context, jetstream.Msg) error {
 			calls.Add(1)

@@ -110,7 +110,7 @@ func ProgressLine(elapsed time.Duration, counts map[task.State]int) string {
 	if n := counts["submitted"]; n > 0 {
 		fmt.Fprintf(&b, " submitted %d |", n)
 	}
-	for i, s := range task.States {
+	for i, s := range task.States() {
 		if i > 0 {
 			b.WriteString(" |")
 		}
@@ -124,6 +124,6 @@ func PrintSummary(w io.Writer, tr *Tracker, specs []task.Spec) {
 	fmt.Fprintf(w, "%-26s %-11s %-4s %-8s %-10s %-8s %s\n", "TASK", "TYPE", "PRIO", "CAP", "STATE", "ATTEMPTS", "REASON")
 	for _, s := range specs {
 		t := tr.Task(s.ID)
-		fmt.Fprintf(w, "%-26s %-11s p%-3d %-8s %-10s %-8d %s\n", s.ID, s.Type, s.Priority, s.Capability, t.State, t.Attempt, t.Reason)
+		fmt.Fprintf(w, "%-26s %-11s p%-3d %-8s %-10s %-8d %s\n", s.ID, s.Type, s.PriorityLevel(), s.Capability, t.State, t.Attempt, t.Reason)
 	}
 }

@@ -34,7 +34,7 @@ func NewWorkload(run string) Workload {
 	spec := func(name, typ string, prio int, capability string, p Params, deps ...string) task.Spec {
 		payload, _ := json.Marshal(p)
 		s, _ := task.New(typ, json.RawMessage(payload))
-		s.ID, s.Priority, s.Capability = id(name), prio, capability
+		s.ID, s.Priority, s.Capability = id(name), new(prio), capability
 		for _, d := range deps {
 			s.DependsOn = append(s.DependsOn, id(d))
 		}
@@ -53,7 +53,7 @@ func NewWorkload(run string) Workload {
 		spec("export", TypeFail, 3, CapCPU, Params{Sleep: "100ms", Label: "export (always fails)"}, "extract"),
 		spec("notify-export", TypeSleep, 3, CapCPU, Params{Sleep: "100ms", Label: "notify after export"}, "export"),
 	}
-	w.Graph[5].MaxRetries = 3 // 1s, 2s, 4s (+ jitter), then the dead-letter queue
+	w.Graph[5].MaxRetries = new(3) // 1s, 2s, 4s (+ jitter), then the dead-letter queue
 	// Work on every priority level and both capabilities.
 	for prio := 0; prio <= task.MaxPriority; prio++ {
 		for k := range 4 {

@@ -27,7 +27,7 @@ func syntheticHistories(n int) []record {
 	var out []record
 	for i := 0; len(out) < n; i++ {
 		id := fmt.Sprintf("bench-%06d", i)
-		t := task.Task{Spec: task.Spec{ID: id, Type: "bench.work", Priority: 2, Capability: "default", MaxRetries: 3},
+		t := task.Task{Spec: task.Spec{ID: id, Type: "bench.work", Priority: new(2), Capability: "default", MaxRetries: new(3)},
 			SubmittedAt: start}
 		at := start
 		emit := func(from, to task.State, actor, reason string) {

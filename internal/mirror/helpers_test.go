@@ -21,7 +21,6 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/demo"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
@@ -41,7 +40,7 @@ func startStack(t *testing.T) stack {
 	t.Helper()
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{
-		Retry: retry.Policy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
+		Retry: orchestrator.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 	})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	demo.Register(ex)
@@ -142,13 +141,13 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	var w workloadIDs
 	var specs []task.Spec
 	for range 10 * scale {
-		specs = append(specs, task.Spec{Type: demo.TypeNoop, Priority: 2, MaxRetries: 3})
+		specs = append(specs, task.Spec{Type: demo.TypeNoop, Priority: new(2), MaxRetries: new(3)})
 	}
 	for range 3 * scale {
-		specs = append(specs, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: 1, MaxRetries: 3})
+		specs = append(specs, task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: new(1), MaxRetries: new(3)})
 	}
 	for range scale {
-		specs = append(specs, task.Spec{Type: demo.TypeFail, Priority: 3, MaxRetries: 1})
+		specs = append(specs, task.Spec{Type: demo.TypeFail, Priority: new(3), MaxRetries: new(1)})
 	}
 	ids, err := c.SubmitMany(ctx, specs)
 	if err != nil {
@@ -160,11 +159,11 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 
 	a, b, d, e := task.NewID(), task.NewID(), task.NewID(), task.NewID()
 	graph := []task.Spec{
-		{ID: a, Type: demo.TypeNoop, Priority: 2},
-		{ID: b, Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), DependsOn: []string{a}, Priority: 2, MaxRetries: 2},
-		{ID: task.NewID(), Type: demo.TypeNoop, DependsOn: []string{a, b}, Priority: 2},
-		{ID: d, Type: demo.TypeFail, Priority: 2, MaxRetries: 0},
-		{ID: e, Type: demo.TypeNoop, DependsOn: []string{d}, Priority: 2},
+		{ID: a, Type: demo.TypeNoop, Priority: new(2)},
+		{ID: b, Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), DependsOn: []string{a}, Priority: new(2), MaxRetries: new(2)},
+		{ID: task.NewID(), Type: demo.TypeNoop, DependsOn: []string{a, b}, Priority: new(2)},
+		{ID: d, Type: demo.TypeFail, Priority: new(2), MaxRetries: new(0)},
+		{ID: e, Type: demo.TypeNoop, DependsOn: []string{d}, Priority: new(2)},
 	}
 	gids, err := c.SubmitGraph(ctx, graph)
 	if err != nil {
@@ -179,9 +178,9 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	// failed without ever starting), one that expires while running (its
 	// ttl leaves a loaded executor time to claim it first).
 	extra := []task.Spec{
-		{Type: demo.TypeNoop, Priority: 2, Delay: task.Duration(100 * time.Millisecond)},
-		{Type: demo.TypeNoop, Priority: 2, Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
-		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: 2, TTL: task.Duration(time.Second)},
+		{Type: demo.TypeNoop, Priority: new(2), Delay: task.Duration(100 * time.Millisecond)},
+		{Type: demo.TypeNoop, Priority: new(2), Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
+		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: new(2), TTL: task.Duration(time.Second)},
 	}
 	for _, sp := range extra {
 		id, err := c.Submit(ctx, sp)
@@ -192,7 +191,7 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	}
 	w.neverStarted, w.expired = w.all[len(w.all)-2], w.all[len(w.all)-1]
 
-	sleeper, err := c.Submit(ctx, task.Spec{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"30s"}`), Priority: 0})
+	sleeper, err := c.Submit(ctx, task.Spec{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"30s"}`), Priority: new(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +222,7 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	// event, parked shards released as slots free up), after the rest so
 	// its shards do not hold up the tasks above that race their ttl.
 	split := task.Spec{Type: demo.TypeSplit, Payload: json.RawMessage(`{"shards":` + strconv.Itoa(workloadShards) + `,"size":10}`),
-		Priority: 2, Shardable: true, MaxParallelShards: 2}
+		Priority: new(2), Shardable: true, MaxParallelShards: 2}
 	if w.sharded, err = c.Submit(ctx, split); err != nil {
 		t.Fatal(err)
 	}

@@ -216,7 +216,7 @@ func TestMirrorSurvivesMySQLOutage(t *testing.T) {
 	// Some traffic before the cut.
 	var before []string
 	for range 5 {
-		id, err := s.client.Submit(ctx, task.Spec{Type: "demo.noop", Priority: 2})
+		id, err := s.client.Submit(ctx, task.Spec{Type: "demo.noop", Priority: new(2)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestMirrorSurvivesMySQLOutage(t *testing.T) {
 	// the mirror is writing their events.
 	var sleepers []string
 	for range 8 {
-		id, err := s.client.Submit(ctx, task.Spec{Type: "demo.sleep", Payload: json.RawMessage(`{"sleep":"300ms"}`), Priority: 2})
+		id, err := s.client.Submit(ctx, task.Spec{Type: "demo.sleep", Payload: json.RawMessage(`{"sleep":"300ms"}`), Priority: new(2)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,7 +15,7 @@ func ptr(t time.Time) *time.Time   { return &t }
 
 func snapshot(state task.State, mod func(*task.Task)) task.Task {
 	t := task.Task{
-		Spec:        task.Spec{ID: "T1", Type: "demo.flaky", Priority: 1, Capability: "default", MaxRetries: 2},
+		Spec:        task.Spec{ID: "T1", Type: "demo.flaky", Priority: new(1), Capability: "default", MaxRetries: new(2)},
 		State:       state,
 		Attempt:     1,
 		ExecutionID: "EX1",

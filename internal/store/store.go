@@ -115,11 +115,9 @@ func IsConflict(err error) bool {
 	return false
 }
 
-// Revisioned is an event with its revision (stream sequence).
-type Revisioned struct {
-	Revision uint64
-	Event    task.Event
-}
+// Revisioned is an event with its revision (stream sequence); the public
+// name is task.HistoryEntry.
+type Revisioned = task.HistoryEntry
 
 // History returns every event of a task in order.
 func (s *Store) History(ctx context.Context, id string) ([]Revisioned, error) {

@@ -6,6 +6,7 @@ package testenv
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func Conn(t testing.TB, url string) *nats.Conn {
 func Orchestrator(t testing.TB, url string, cfg orchestrator.Config) *orchestrator.Orchestrator {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = Logger(t)
+		cfg.Logger = slog.New(zerolog.NewSlogHandler(*Logger(t)))
 	}
 	o, err := orchestrator.New(Conn(t, url), cfg)
 	if err != nil {
