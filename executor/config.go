@@ -58,6 +58,9 @@ type Config struct {
 	// Metrics registers the executor's Prometheus metrics (names in
 	// internal/metrics). Default nil: none.
 	Metrics prometheus.Registerer
+	// Hooks wrap every attempt's handler call, the first outermost: metrics
+	// (executor/execmetrics), tracing, logging. Default none.
+	Hooks []AttemptHook
 	// Logger receives structured logs. Default: disabled.
 	Logger *zerolog.Logger
 	// Now is the clock. Default time.Now.

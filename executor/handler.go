@@ -24,6 +24,10 @@ type Job struct {
 	// Parent and ShardIndex identify a shard of a sharded task.
 	Parent     string
 	ShardIndex int
+	// TraceParent is the W3C traceparent of the task's trace (from its
+	// dispatch's header, else its record), "" when it has none: an
+	// AttemptHook continues the trace from it.
+	TraceParent string
 }
 
 // Handler runs jobs of one task type. The context carries the task's

@@ -114,7 +114,7 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		// here; fail the attempt so backoff and the dead-letter queue apply.
 		herr = fmt.Errorf("its executor was lost %d times in a row while running it (a crash loop?); not run again", t.Takeovers)
 	} else {
-		result, plan, herr = e.call(hctx, t)
+		result, plan, herr = e.call(hctx, t, traceParentOf(msg, t))
 	}
 	finished := e.cfg.Now().UTC()
 	// The lease is held until the report is published and acknowledged.
@@ -220,27 +220,26 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 
 // call runs the handler (or a shardable task's planner or aggregator),
 // turning a panic into an error.
-func (e *Executor) call(ctx context.Context, t task.Task) (result any, plan *task.PlanRef, err error) {
+func (e *Executor) call(ctx context.Context, t task.Task, traceParent string) (result any, plan *task.PlanRef, err error) {
 	h := e.handler(t.Type)
 	if h == nil {
 		return nil, nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panicked: %v", p)
-		}
-	}()
 	job := &Job{ID: t.ID, Type: t.Type, Payload: t.Payload, Priority: t.PriorityLevel(), Capability: t.Capability,
 		Attempt: t.Attempt, MaxRetries: t.RetryLimit(), ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost,
-		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex}
-	if t.Shardable {
-		if job.Phase == "" {
-			job.Phase = task.PhasePlan
-		}
-		return e.callSharded(ctx, h, t, job)
+		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex, TraceParent: traceParent}
+	if t.Shardable && job.Phase == "" {
+		job.Phase = task.PhasePlan
 	}
-	result, err = h.Handle(ctx, job)
-	return result, nil, err
+	err = e.hooked(ctx, job, func(ctx context.Context) error {
+		if t.Shardable {
+			result, plan, err = e.callSharded(ctx, h, t, job)
+			return err
+		}
+		result, err = h.Handle(ctx, job)
+		return err
+	})
+	return result, plan, err
 }
 
 func encodeResult(v any) (json.RawMessage, error) {

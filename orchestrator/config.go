@@ -90,6 +90,10 @@ type Config struct {
 	// Metrics registers the orchestrator's Prometheus metrics (names in
 	// internal/metrics). Default nil: none.
 	Metrics prometheus.Registerer
+	// SampleInterval is how often, with Metrics set, the orchestrator reads
+	// backlogs, timers and dead letters from JetStream into its gauges.
+	// Default 5s.
+	SampleInterval time.Duration
 	// Logger receives structured logs (keys in snake_case: task_id,
 	// execution_id, type…); every record carries the orchestrator's node id
 	// as "node". Default nil: no logs.
@@ -146,6 +150,9 @@ func (c Config) withDefaults() config {
 	}
 	if c.RunGrace <= 0 {
 		c.RunGrace = DefaultRunGrace
+	}
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = DefaultSampleInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

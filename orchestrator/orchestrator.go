@@ -58,6 +58,7 @@ type Orchestrator struct {
 	control jetstream.KeyValue
 	gate    *gate
 	metrics *metrics.Orchestrator
+	obs     *observer
 	// runCtx ends at Stop; bg owns background work (watch, breakers, releases).
 	runCtx context.Context
 	bg     sync.WaitGroup
@@ -78,8 +79,10 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	return &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), metrics: metrics.NewOrchestrator(c.Metrics),
-		log: c.Logger.With(slog.String("node", c.NodeID))}, nil
+	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), metrics: metrics.NewOrchestrator(c.Metrics),
+		log: c.Logger.With(slog.String("node", c.NodeID))}
+	o.obs = newObserver(c.Metrics, o.gate)
+	return o, nil
 }
 
 // Start creates the topology and consumers and starts consuming. It returns
@@ -116,6 +119,10 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.sweeps = newSweepBatcher(o)
 	o.bg.Add(1)
 	go o.sweeps.run(sweepCtx)
+	if o.obs.on {
+		o.bg.Add(1)
+		go o.sampleLoop(runCtx)
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, l := range loops {
@@ -123,7 +130,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		keep := consume.KeepPoison(o.js, l.consumer)
 		poisoned := o.metrics.Poisoned.WithLabelValues(l.consumer)
 		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch, MaxBytes: o.pullBufferBytes(),
-			Handle: l.handle, Log: o.log, AckWait: o.cfg.AckWait, MaxDeliveries: o.cfg.MaxDeliveries,
+			Handle: o.obs.countRedeliveries(l.consumer, l.handle), Log: o.log, AckWait: o.cfg.AckWait, MaxDeliveries: o.cfg.MaxDeliveries,
 			Poison: func(ctx context.Context, msg jetstream.Msg, reason error) error {
 				if err := keep(ctx, msg, reason); err != nil {
 					return err

@@ -57,6 +57,9 @@ type Task struct {
 	// ResultObject names the result in the AX_OBJECTS object store when it
 	// was larger than InlineResultLimit (Result is then empty).
 	ResultObject string `json:"result_object,omitempty"`
+	// TraceParent is the W3C traceparent of the task's trace (its
+	// submission's span), so its dispatches and attempts join that trace.
+	TraceParent string `json:"trace_parent,omitempty"`
 
 	// Phase is a shardable task's step: plan, shards or aggregate.
 	Phase string `json:"phase,omitempty"`

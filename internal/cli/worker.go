@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/executor/execmetrics"
 	"github.com/ax-run/ax/internal/demo"
 )
 
@@ -28,10 +29,18 @@ and for the end-to-end tests.`,
 			}
 			defer d.stop()
 			log := d.log
-			cfg.Logger, cfg.Metrics = &log, registerer(d.reg)
+			cfg.Logger = &log
+			var m *execmetrics.Metrics
+			if d.reg != nil {
+				m = execmetrics.New(d.reg)
+				cfg.Hooks = append(cfg.Hooks, m.Hook)
+			}
 			ex, err := executor.New(d.nc, cfg)
 			if err != nil {
 				return err
+			}
+			if m != nil {
+				m.Watch(ex)
 			}
 			demo.Register(ex)
 			if err := ex.Start(cmd.Context()); err != nil {
