@@ -82,6 +82,8 @@ func (ob *observer) wrote(cur task.Task, next *task.Task) {
 	}
 }
 
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
 // countRedeliveries wraps a consumer's handler to count messages it gets
 // again.
 func (ob *observer) countRedeliveries(consumer string, h consume.Handler) consume.Handler {
@@ -126,48 +128,62 @@ func (o *Orchestrator) sampleLoop(ctx context.Context) {
 func (o *Orchestrator) sample(ctx context.Context) error {
 	c := o.obs.cluster
 	now := o.now()
+	// Every ready consumer (a capability's level that executors serve),
+	// then the levels with dispatches and no consumer (nobody serves them).
+	type level struct {
+		pending, inHand uint64
+		start           uint64 // first undelivered stream sequence
+	}
+	levels := map[[2]string]*level{}
+	names := o.ready.ConsumerNames(ctx)
+	for name := range names.Name() {
+		capability, prio, ok := subject.ParseReadyConsumer(name)
+		if !ok {
+			continue
+		}
+		cons, err := o.ready.Consumer(ctx, name)
+		if err != nil {
+			return err
+		}
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		levels[[2]string{capability, strconv.Itoa(prio)}] = &level{pending: ci.NumPending, inHand: uint64(ci.NumAckPending), start: ci.Delivered.Stream + 1}
+	}
+	if err := names.Err(); err != nil {
+		return err
+	}
 	info, err := o.ready.Info(ctx, jetstream.WithSubjectFilter(subject.ReadyAll))
 	if err != nil {
 		return err
 	}
-	seen := map[[2]string]bool{}
-	inHand := map[string]float64{}
 	for subj, n := range info.State.Subjects {
 		capability, prio, ok := subject.ReadyParts(subj)
-		if !ok {
-			continue
-		}
 		key := [2]string{capability, strconv.Itoa(prio)}
-		seen[key] = true
-		pending, start := n, uint64(1)
-		if cons, err := o.ready.Consumer(ctx, subject.ReadyConsumer(capability, prio)); err == nil {
-			ci, err := cons.Info(ctx)
-			if err != nil {
-				return err
-			}
-			pending, start = ci.NumPending, ci.Delivered.Stream+1
-			inHand[capability] += float64(ci.NumAckPending)
+		if ok && levels[key] == nil {
+			levels[key] = &level{pending: n, start: 1}
 		}
-		c.Backlog.WithLabelValues(key[0], key[1]).Set(float64(pending))
+	}
+	inHand := map[string]float64{}
+	for key, l := range levels {
+		c.Backlog.WithLabelValues(key[0], key[1]).Set(float64(l.pending))
+		inHand[key[0]] += float64(l.inHand)
 		age := 0.0
-		if pending > 0 {
-			if msg, err := o.ready.GetMsg(ctx, start, jetstream.WithGetMsgSubject(subj)); err == nil {
+		if l.pending > 0 {
+			subj := subject.Ready(key[0], atoi(key[1]))
+			if msg, err := o.ready.GetMsg(ctx, l.start, jetstream.WithGetMsgSubject(subj)); err == nil {
 				age = max(now.Sub(msg.Time).Seconds(), 0)
 			}
 		}
 		c.BacklogOldest.WithLabelValues(key[0], key[1]).Set(age)
+		o.obs.known[key] = true
 	}
 	for key := range o.obs.known {
-		if !seen[key] {
+		if levels[key] == nil { // emptied, and its consumer is gone
 			c.Backlog.WithLabelValues(key[0], key[1]).Set(0)
 			c.BacklogOldest.WithLabelValues(key[0], key[1]).Set(0)
-			if _, ok := inHand[key[0]]; !ok {
-				inHand[key[0]] = 0
-			}
 		}
-	}
-	for key := range seen {
-		o.obs.known[key] = true
 	}
 	for capability, n := range inHand {
 		c.InHand.WithLabelValues(capability).Set(n)
