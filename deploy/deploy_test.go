@@ -27,9 +27,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/executor/execmetrics"
-	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/metrics"
-	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -165,8 +163,8 @@ func TestEveryMetricUsedIsExported(t *testing.T) {
 	srv := testenv.NATS(t)
 	reg := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}}
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg, SampleInterval: 50 * time.Millisecond,
-		Retry:   retry.Policy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
-		Breaker: breaker.Config{MinVolume: 2, Cooldown: time.Hour}})
+		Retry:   orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		Breaker: orchestrator.BreakerConfig{MinVolume: 2, Cooldown: time.Hour}})
 	em := execmetrics.New(reg)
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Hooks: []executor.AttemptHook{em.Hook}})
 	em.Watch(ex)
@@ -182,7 +180,7 @@ func TestEveryMetricUsedIsExported(t *testing.T) {
 	submit := func(id, typ, capability string, retries int) {
 		t.Helper()
 		s, _ := task.New(typ, nil)
-		s.ID, s.MaxRetries = id, retries
+		s.ID, s.MaxRetries = id, new(retries)
 		if capability != "" {
 			s.Capability = capability
 		}

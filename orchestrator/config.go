@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/retry"
@@ -90,6 +91,10 @@ type Config struct {
 	// Metrics registers the orchestrator's Prometheus metrics (names in
 	// internal/metrics). Default nil: none.
 	Metrics prometheus.Registerer
+	// TracerProvider receives the orchestrator's spans (see
+	// internal/tracing). Default nil: the global provider, a no-op unless
+	// the program set one; a producer's trace context is passed on anyway.
+	TracerProvider trace.TracerProvider
 	// SampleInterval is how often, with Metrics set, the orchestrator reads
 	// backlogs, timers and dead letters from JetStream into its gauges.
 	// Default 5s.

@@ -203,7 +203,9 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
 	}
 	o.dispatched.add(dispatched{task: t, revision: rev})
-	if _, err := o.js.Publish(ctx, subject.Ready(t.Capability, t.PriorityLevel()), data, jetstream.WithMsgID(t.ExecutionID)); err != nil {
+	msg, span := o.startDispatch(ctx, t, data)
+	defer span.End()
+	if _, err := o.js.PublishMsg(ctx, msg, jetstream.WithMsgID(t.ExecutionID)); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
 	if err := o.sweeps.add(ctx, t); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/edges"
@@ -19,6 +20,7 @@ import (
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/internal/tracing"
 	"github.com/ax-run/ax/internal/window"
 )
 
@@ -59,6 +61,7 @@ type Orchestrator struct {
 	gate    *gate
 	metrics *metrics.Orchestrator
 	obs     *observer
+	tracer  trace.Tracer
 	// runCtx ends at Stop; bg owns background work (watch, breakers, releases).
 	runCtx context.Context
 	bg     sync.WaitGroup
@@ -82,6 +85,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), metrics: metrics.NewOrchestrator(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID))}
 	o.obs = newObserver(c.Metrics, o.gate)
+	o.tracer = tracing.Tracer(c.TracerProvider)
 	return o, nil
 }
 
@@ -184,7 +188,7 @@ type loop struct {
 func (o *Orchestrator) loops() []loop {
 	ls := []loop{
 		// Unlaned submissions and graphs, in arrival order.
-		{subject.StreamSubmit, subject.ConsumerSubmit, []string{subject.SubmitAll, subject.GraphSubmit}, o.handleSubmit},
+		{subject.StreamSubmit, subject.ConsumerSubmit, []string{subject.SubmitAll, subject.GraphSubmit}, o.tracedSubmit},
 		{subject.StreamCompleted, subject.ConsumerCompleted, nil, o.handleReport},
 		{subject.StreamTimers, subject.ConsumerTimers, []string{subject.FireAll}, o.handleFire},
 		{subject.StreamCommands, subject.ConsumerCommands, nil, o.handleCommand},
@@ -192,7 +196,7 @@ func (o *Orchestrator) loops() []loop {
 	// One intake lane per priority: a p0 submission is not queued behind
 	// a burst of p5 ones.
 	for p := range subject.Priorities {
-		ls = append(ls, loop{subject.StreamSubmit, subject.ConsumerSubmitLane(p), []string{subject.SubmitLaneAll(p)}, o.handleSubmit})
+		ls = append(ls, loop{subject.StreamSubmit, subject.ConsumerSubmitLane(p), []string{subject.SubmitLaneAll(p)}, o.tracedSubmit})
 	}
 	return ls
 }

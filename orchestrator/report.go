@@ -80,7 +80,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
 			o.recordOutcome(ctx, t.Type, r.Status == task.OutcomeSucceeded)
-			return o.ensureEffects(ctx, next, newRev)
+			return o.tracedOutcome(ctx, t, next, newRev)
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			return err

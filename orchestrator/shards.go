@@ -129,7 +129,7 @@ func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int,
 	if s.EstimatedCost > 0 {
 		spec.EstimatedCost = s.EstimatedCost
 	}
-	t := task.Task{Spec: spec, SubmittedAt: o.now(), Parent: parent.ID, ShardIndex: n}
+	t := task.Task{Spec: spec, SubmittedAt: o.now(), Parent: parent.ID, ShardIndex: n, TraceParent: parent.TraceParent}
 	reason := fmt.Sprintf("shard %d of %s", n, parent.ID)
 	switch {
 	case parent.MaxParallelShards > 0 && n >= parent.MaxParallelShards:

@@ -160,6 +160,7 @@ func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstr
 func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []string) error {
 	now := o.now()
 	t := task.Task{Spec: spec, SubmittedAt: now, Dependents: dependents}
+	t.TraceParent = traceCreated(ctx, t)
 	switch {
 	case spec.RunAt != nil:
 		at := spec.RunAt.UTC()

@@ -129,7 +129,7 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	ack, err := c.js.Publish(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), data, jetstream.WithMsgID(msgID(spec.ID, data)))
+	ack, err := c.js.PublishMsg(ctx, submission(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), data), jetstream.WithMsgID(msgID(spec.ID, data)))
 	if err != nil {
 		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
 	}
@@ -193,7 +193,7 @@ func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, 
 	if err != nil {
 		return nil, fmt.Errorf("encode graph: %w", err)
 	}
-	if _, err := c.js.Publish(ctx, subject.GraphSubmit, data, jetstream.WithMsgID(msgID("graph-"+ids[0], data))); err != nil {
+	if _, err := c.js.PublishMsg(ctx, submission(ctx, subject.GraphSubmit, data), jetstream.WithMsgID(msgID("graph-"+ids[0], data))); err != nil {
 		return nil, fmt.Errorf("submit graph: %w", err)
 	}
 	return ids, nil
@@ -480,7 +480,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err != nil {
 			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
 		}
-		f, err := c.js.PublishAsync(subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type), data, jetstream.WithMsgID(msgID(specs[i].ID, data)))
+		f, err := c.js.PublishMsgAsync(submission(ctx, subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type), data), jetstream.WithMsgID(msgID(specs[i].ID, data)))
 		if err != nil {
 			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
 		}

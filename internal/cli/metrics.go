@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/mirror"
@@ -21,6 +22,10 @@ type daemon struct {
 	log zerolog.Logger
 	nc  *nats.Conn
 	reg *prometheus.Registry
+	// tp receives spans when the OTEL_* environment configures tracing
+	// (nil: off).
+	tp          trace.TracerProvider
+	stopTracing func(context.Context) error
 }
 
 // startDaemon connects and serves metrics; close the connection with stop.
@@ -34,10 +39,24 @@ func (g *globals) startDaemon(ctx context.Context, name, metricsAddr string) (*d
 		d.nc.Close()
 		return nil, err
 	}
+	if d.tp, d.stopTracing, err = startTracing(ctx, name); err != nil {
+		d.nc.Close()
+		return nil, err
+	}
+	if d.tp != nil {
+		d.log.Info().Msg("tracing: exporting spans over OTLP (OTEL_* environment)")
+	}
 	return d, nil
 }
 
-func (d *daemon) stop() { d.nc.Close() }
+func (d *daemon) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := d.stopTracing(ctx); err != nil {
+		d.log.Warn().Err(err).Msg("last spans not exported")
+	}
+	d.nc.Close()
+}
 
 // addMetricsFlag adds --metrics-addr to a command.
 func addMetricsFlag(cmd *cobra.Command, addr *string) {

@@ -25,7 +25,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer d.stop()
 			log, nc, reg := d.log, d.nc, d.reg
-			cfg.Logger, cfg.Metrics = slog.New(zerolog.NewSlogHandler(log)), registerer(reg)
+			cfg.Logger, cfg.Metrics, cfg.TracerProvider = slog.New(zerolog.NewSlogHandler(log)), registerer(reg), d.tp
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/executor/execmetrics"
+	"github.com/ax-run/ax/executor/exectrace"
 	"github.com/ax-run/ax/internal/demo"
 )
 
@@ -30,6 +31,9 @@ and for the end-to-end tests.`,
 			defer d.stop()
 			log := d.log
 			cfg.Logger = &log
+			if d.tp != nil {
+				cfg.Hooks = append(cfg.Hooks, exectrace.Hook(d.tp))
+			}
 			var m *execmetrics.Metrics
 			if d.reg != nil {
 				m = execmetrics.New(d.reg)
