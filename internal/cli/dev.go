@@ -35,6 +35,7 @@ func devCmd(g *globals) *cobra.Command {
 		exit     bool
 		dsn      string
 		console  string
+		metrics  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -49,7 +50,7 @@ A progress line shows tasks per state; a summary follows. The server keeps
 running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn), console)
+			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn), console, metrics)
 		},
 	}
 	f := cmd.Flags()
@@ -57,11 +58,12 @@ running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
 	f.IntVar(&port, "port", devDefaultPort, "NATS port (a free one is used if it is taken)")
 	f.BoolVar(&exit, "exit", false, "exit after the summary instead of keeping the server up")
 	f.StringVar(&console, "console-addr", defaultConsoleAddr, "serve the web console here (a free port if taken; \"off\" for none)")
+	f.StringVar(&metrics, "metrics-addr", defaultDevMetricsAddr, "serve Prometheus metrics here at /metrics (a free port if taken; \"off\" for none)")
 	f.StringVar(&dsn, "mysql-dsn", "", "also mirror every event into MySQL (default: env "+envMySQLDSN+"); try ax audit afterwards")
 	return cmd
 }
 
-func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn, consoleAddr string) error {
+func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn, consoleAddr, metricsAddr string) error {
 	log := g.logger()
 	if g.logLevel == "info" {
 		log = log.Level(zerolog.WarnLevel) // keep the progress display readable
@@ -96,7 +98,12 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	if err != nil {
 		return err
 	}
-	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log))})
+	obs, err := startDevObservability(ctx, g, metricsAddr)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log)), Metrics: obs.registerer(), TracerProvider: obs.tp})
 	if err != nil {
 		return err
 	}
@@ -105,7 +112,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	}
 	defer stopWithin(10*time.Second, orch.Stop)
 	if dsn != "" {
-		stopMirror, err := startMirror(ctx, onc, dsn, log, nil)
+		stopMirror, err := startMirror(ctx, onc, dsn, log, obs.reg)
 		if err != nil {
 			return err
 		}
@@ -122,10 +129,12 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 			return err
 		}
 		ec.Logger = &log
+		watch := obs.executorHooks(&ec)
 		ex, err := executor.New(nc, ec)
 		if err != nil {
 			return err
 		}
+		watch(ex)
 		demo.Register(ex)
 		if err := ex.Start(ctx); err != nil {
 			return err

@@ -140,9 +140,15 @@ func register(reg prometheus.Registerer, cs ...prometheus.Collector) {
 
 // Serve serves reg's metrics on addr at /metrics until ctx ends.
 func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	_, err := Listen(ctx, addr, reg)
+	return err
+}
+
+// Listen is Serve returning the address it listens on (addr may have port 0).
+func Listen(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("metrics listen on %s: %w", addr, err)
+		return "", fmt.Errorf("metrics listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -154,5 +160,5 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
 		_ = srv.Shutdown(sctx)
 	}()
 	go func() { _ = srv.Serve(ln) }()
-	return nil
+	return ln.Addr().String(), nil
 }
