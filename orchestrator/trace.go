@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,8 +40,9 @@ func (o *Orchestrator) tracedSubmit(ctx context.Context, msg jetstream.Msg) erro
 // traceCreated names a task being created on its submission's span and
 // returns the trace context its record keeps.
 func traceCreated(ctx context.Context, t task.Task) string {
-	span := trace.SpanFromContext(ctx)
-	span.AddEvent("task created", trace.WithAttributes(tracing.TaskAttributes(t)...))
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("task created", trace.WithAttributes(tracing.TaskAttributes(t)...))
+	}
 	return tracing.TraceParent(ctx)
 }
 
@@ -63,8 +65,10 @@ func taskContext(ctx context.Context, t task.Task) (context.Context, []trace.Lin
 // to publish, with the span's traceparent as a header.
 func (o *Orchestrator) startDispatch(ctx context.Context, t task.Task, data []byte) (*nats.Msg, trace.Span) {
 	ctx, links := taskContext(ctx, t)
-	ctx, span := o.tracer.Start(ctx, tracing.SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithLinks(links...), trace.WithAttributes(tracing.TaskAttributes(t)...))
+	ctx, span := o.tracer.Start(ctx, tracing.SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...))
+	if span.IsRecording() {
+		span.SetAttributes(tracing.TaskAttributes(t)...)
+	}
 	msg := &nats.Msg{Subject: subject.Ready(t.Capability, t.PriorityLevel()), Data: data}
 	tp := tracing.TraceParent(ctx)
 	if tp == "" {
@@ -85,12 +89,15 @@ func (o *Orchestrator) tracedOutcome(ctx context.Context, cur, next task.Task, r
 		name = tracing.SpanRetry
 	}
 	ctx, _ = taskContext(ctx, next)
-	attrs := append(tracing.TaskAttributes(cur), tracing.AttrState.String(string(next.State)))
-	if next.RetryAt != nil {
-		attrs = append(attrs, tracing.AttrRetryAt.String(next.RetryAt.Format("2006-01-02T15:04:05.999999999Z07:00")))
-	}
-	ctx, span := o.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	ctx, span := o.tracer.Start(ctx, name)
 	defer span.End()
+	if !span.IsRecording() {
+		return o.ensureEffects(ctx, next, rev)
+	}
+	span.SetAttributes(append(tracing.TaskAttributes(cur), tracing.AttrState.String(string(next.State)))...)
+	if next.RetryAt != nil {
+		span.SetAttributes(tracing.AttrRetryAt.String(next.RetryAt.Format(time.RFC3339Nano)))
+	}
 	if next.State == task.Retrying || next.State == task.Failed {
 		if n := len(next.Errors); n > 0 {
 			span.SetStatus(codes.Error, next.Errors[n-1].Error)
