@@ -56,7 +56,10 @@ type Config struct {
 	// Default 3.
 	MaxTakeovers int
 	// Metrics registers the executor's Prometheus metrics (names in
-	// internal/metrics). Default nil: none.
+	// internal/metrics). Default nil: none. Hooks with executor/execmetrics
+	// serve the same series and more (running tasks per capability,
+	// capacity, capabilities served) without this field; use one or the
+	// other on a registry.
 	Metrics prometheus.Registerer
 	// Hooks wrap every attempt's handler call, the first outermost: metrics
 	// (executor/execmetrics), tracing, logging. Default none.
