@@ -83,8 +83,8 @@ func TestDashboard(t *testing.T) {
 		Title  string `json:"title"`
 		UID    string `json:"uid"`
 		Panels []struct {
-			Title   string `json:"title"`
-			Type    string `json:"type"`
+			Title   string                   `json:"title"`
+			Type    string                   `json:"type"`
 			GridPos struct{ X, Y, W, H int } `json:"gridPos"`
 			Targets []struct {
 				Expr string `json:"expr"`

@@ -140,7 +140,9 @@ func printPlan(g *globals, out planOutput) {
 	}
 }
 
-func seconds(s float64) string { return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String() }
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
+}
 
 // measure scrapes urls twice, interval apart, and fills the figures out
 // does not have yet from the differences.
