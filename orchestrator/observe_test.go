@@ -177,9 +177,11 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	testenv.Eventually(t, 10*time.Second, "the backlog ages", func() bool {
 		return value(t, reg, "ax_backlog_oldest_seconds", map[string]string{"capability": "nobody", "priority": "1"}) > 0
 	})
-	if timers := value(t, reg, "ax_timers_pending", nil); timers < backlog {
-		t.Fatalf("ax_timers_pending = %v, want at least the %d queued tasks' watch timers", timers, backlog)
-	}
+	// The queued tasks are looked after by durable timers (their sweep
+	// entries share timers, so not necessarily one each).
+	testenv.Eventually(t, 10*time.Second, "ax_timers_pending > 0 while tasks are queued", func() bool {
+		return value(t, reg, "ax_timers_pending", nil) > 0
+	})
 
 	// A pause and a breaker show in the gate series.
 	if err := c.Pause(ctx, "ok", false, "metrics test"); err != nil {
