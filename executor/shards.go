@@ -190,10 +190,8 @@ func (e *Executor) putObject(ctx context.Context, name string, data []byte) erro
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
+	// Stop's giving up cancels ctx (the attempt's context).
 	return backoff.Retry(func() error {
-		if e.hardStop.Err() != nil {
-			return backoff.Permanent(e.hardStop.Err())
-		}
 		_, err := e.objects.PutBytes(ctx, name, data)
 		return err
 	}, backoff.WithContext(bo, ctx))

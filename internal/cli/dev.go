@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		if err != nil {
 			return err
 		}
-		ec.Logger = &log
+		ec.Logger = slog.New(zerolog.NewSlogHandler(log))
 		ex, err := executor.New(nc, ec)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ package testenv
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -32,6 +33,11 @@ func Logger(t testing.TB) *zerolog.Logger {
 		l = zerolog.New(zerolog.NewTestWriter(t)).With().Timestamp().Logger()
 	}
 	return &l
+}
+
+// SlogLogger returns an slog logger for tests: silent unless AX_TEST_LOG is set.
+func SlogLogger(t testing.TB) *slog.Logger {
+	return slog.New(zerolog.NewSlogHandler(*Logger(t)))
 }
 
 // NATS starts an embedded server with its store in a temp dir and AX's
@@ -104,7 +110,7 @@ func Orchestrator(t testing.TB, url string, cfg orchestrator.Config) *orchestrat
 func Executor(t testing.TB, url string, cfg executor.Config) *executor.Executor {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = Logger(t)
+		cfg.Logger = SlogLogger(t)
 	}
 	e, err := executor.New(Conn(t, url), cfg)
 	if err != nil {
