@@ -73,4 +73,3 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	r.msg = fmt.Sprintf(format, args...)
 	panic("fatal")
 }
-

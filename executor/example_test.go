@@ -5,14 +5,62 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/ax-run/ax/axtest"
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
+
+// Email is the payload of email.send tasks.
+type Email struct {
+	To string `json:"to"`
+}
+
+// Kind names Email's task type.
+func (Email) Kind() string { return "email.send" }
+
+// A complete worker program (the package documentation's example; it
+// needs a NATS server with AX's streams, so it is compiled, not run).
+func Example() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	nc, err := nats.Connect("nats://127.0.0.1:4222", nats.MaxReconnects(-1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+
+	ex, err := executor.New(nc, executor.Config{Logger: slog.Default()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	executor.HandleArgs(ex, func(ctx context.Context, job *executor.Job, e Email) (any, error) {
+		if e.To == "" {
+			return nil, executor.Permanent(errors.New("no recipient"))
+		}
+		return "sent to " + e.To, nil
+	})
+	if err := ex.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-ctx.Done() // SIGTERM
+
+	drain, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ex.Stop(drain); err != nil {
+		log.Print(err) // some tasks were handed back to other executors
+	}
+}
 
 // startEnv starts AX in the process, as a test would with axtest.Start.
 func startEnv() (*axtest.Env, func()) {

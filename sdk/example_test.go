@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,30 @@ func startAX() (url string, stop func()) {
 		return map[string]string{"status": "sent"}, nil
 	})
 	return env.URL, func() { _ = env.Close(context.Background()) }
+}
+
+// The package documentation's example: it needs a NATS server with AX
+// running, so it is compiled, not run.
+func Example() {
+	ctx := context.Background()
+	c, err := sdk.Connect(ctx, "nats://127.0.0.1:4222")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	spec, err := task.New("email.send", map[string]string{"to": "a@example.com"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	id, err := c.Submit(ctx, spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	t, err := c.Wait(ctx, id)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(t.State, string(t.Result))
 }
 
 func ExampleClient_Submit() {

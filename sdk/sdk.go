@@ -1,12 +1,36 @@
-// Package sdk is AX's client: submit tasks and graphs, read their state and
-// history, wait for them to end, cancel them, and manage the dead-letter
-// queue. Handlers run in the executor package.
+// Package sdk is AX's client: submit tasks and graphs (one at a time,
+// pipelined with SubmitMany, or buffered with a Submitter), read their
+// state and history, wait for them to end, cancel them, pause and resume
+// task types, manage schedules and the dead-letter queue. Handlers run in
+// package executor; package axtest runs a whole AX in a test.
 //
-//	c, _ := sdk.Connect("nats://127.0.0.1:4222")
+// Typed submissions pair a payload type with its task type: SubmitArgs
+// (River-style task.Args) and SubmitTyped, the producer's side of
+// executor.HandleArgs and executor.HandleTyped.
+//
+// The sdk pulls in no logging or metrics library.
+//
+// # Example
+//
+//	ctx := context.Background()
+//	c, err := sdk.Connect(ctx, "nats://127.0.0.1:4222")
+//	if err != nil {
+//		log.Fatal(err)
+//	}
 //	defer c.Close()
-//	id, _ := c.Submit(ctx, task.Spec{Type: "email.send", Payload: []byte(`{"to":"a@b.c"}`)})
-//	t, _ := c.Wait(ctx, id)
-//	fmt.Println(t.State)
+//	spec, err := task.New("email.send", map[string]string{"to": "a@example.com"})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	id, err := c.Submit(ctx, spec)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	t, err := c.Wait(ctx, id)
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	fmt.Println(t.State, string(t.Result))
 package sdk
 
 import (
@@ -42,9 +66,12 @@ var ErrNoTopology = topology.ErrMissing
 
 // RejectedError is returned for a submission the orchestrator refused.
 type RejectedError struct {
+	// Rejection is the orchestrator's record of the refusal: the id, the
+	// reason and the input.
 	Rejection task.Rejection
 }
 
+// Error names the task and the reason it was refused.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("task %s rejected: %s", e.Rejection.ID, e.Rejection.Reason)
 }

@@ -18,9 +18,10 @@ type ShardProgress struct {
 	Total int
 	// Registered says every shard task exists.
 	Registered bool
-	// Ended counts the shards in each final state; Unfinished the rest
-	// (waiting, ready, running or retrying).
-	Ended      map[task.State]int
+	// Ended counts the shards in each final state.
+	Ended map[task.State]int
+	// Unfinished counts the shards not ended yet (waiting, ready, running
+	// or retrying).
 	Unfinished int
 }
 
