@@ -46,9 +46,8 @@ func ExampleEnv_Run_retries() {
 	env.Executor.HandleFunc("flaky", func(context.Context, *executor.Job) (any, error) {
 		return nil, errors.New("upstream down")
 	})
-	spec, _ := task.New("flaky", nil)
-	spec.MaxRetries = 2
+	spec, _ := task.New("flaky", nil) // 5 retries by default
 	t, _ := env.Run(ctx, spec)
 	fmt.Println(t.State, "after", len(t.Errors), "attempts")
-	// Output: failed after 3 attempts
+	// Output: failed after 6 attempts
 }

@@ -192,10 +192,10 @@ func ExamplePermanent() {
 	})
 
 	t, _ := env.Run(context.Background(), mustSpec("card.charge", nil))
-	fmt.Println(t.State, "after attempt", t.Attempt, "of", t.MaxRetries+1)
+	fmt.Println(t.State, "after attempt", t.Attempt)
 	fmt.Println(t.Reason)
 	// Output:
-	// failed after attempt 1 of 6
+	// failed after attempt 1
 	// attempt 1 failed permanently: card expired
 }
 
@@ -235,9 +235,7 @@ func ExampleSnooze() {
 		return "collected", nil
 	})
 
-	spec := mustSpec("export.collect", nil)
-	spec.MaxRetries = 0 // no retries needed: a snooze is not a failure
-	t, _ := env.Run(context.Background(), spec)
+	t, _ := env.Run(context.Background(), mustSpec("export.collect", nil))
 	fmt.Println(t.State, "in attempt", t.Attempt, "after", t.Snoozes, "snoozes,", len(t.Errors), "errors")
 	// Output: succeeded in attempt 1 after 2 snoozes, 0 errors
 }

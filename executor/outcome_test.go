@@ -57,9 +57,7 @@ func TestSnoozeDoesNotConsumeAnAttempt(t *testing.T) {
 		}
 		return "ready", nil
 	})
-	spec, _ := task.New("poll", nil)
-	spec.MaxRetries = 0
-	got := env.RunSpec(t, spec)
+	got := env.RunTask(t, "poll", nil)
 	axtest.RequireSucceeded(t, got)
 	if got.Attempt != 1 || got.Snoozes != 2 || got.Snoozed || len(got.Errors) != 0 {
 		t.Fatalf("attempt %d, snoozes %d, snoozed %v, errors %v; want attempt 1, 2 snoozes, no errors", got.Attempt, got.Snoozes, got.Snoozed, got.Errors)
@@ -137,21 +135,21 @@ func TestTypedHandler(t *testing.T) {
 	}
 
 	bad, _ := task.New("image.resize", "not an object")
-	bad.MaxRetries = 3
 	failed := env.RunSpec(t, bad)
 	axtest.RequireState(t, failed, task.Failed)
 	if failed.Attempt != 1 || !strings.Contains(failed.Errors[0].Error, "decode payload") {
 		t.Fatalf("attempt %d, errors %v; want one attempt failing to decode", failed.Attempt, failed.Errors)
 	}
 
-	// SubmitTyped with options: the id and priority come from opts.
-	opts := &task.Spec{ID: "typed-1", Priority: 1, MaxRetries: 1, Timeout: task.Duration(time.Minute), EstimatedCost: 1}
+	// SubmitTyped with options: the id and cost come from opts.
+	opts, _ := task.New("", nil)
+	opts.ID, opts.EstimatedCost = "typed-1", 2
 	executor.HandleTyped(env.Executor, "echo", func(_ context.Context, _ *executor.Job, s []string) (any, error) { return s, nil })
-	if id, err := sdk.SubmitTyped(ctx, env.Client, "echo", []string{"a", "b"}, opts); err != nil || id != "typed-1" {
+	if id, err := sdk.SubmitTyped(ctx, env.Client, "echo", []string{"a", "b"}, &opts); err != nil || id != "typed-1" {
 		t.Fatalf("SubmitTyped: %q, %v", id, err)
 	}
 	echoed := env.WaitTask(t, "typed-1")
-	if got := axtest.Result[[]string](t, echoed); fmt.Sprint(got) != "[a b]" || echoed.Priority != 1 {
-		t.Fatalf("result %v priority %d", got, echoed.Priority)
+	if got := axtest.Result[[]string](t, echoed); fmt.Sprint(got) != "[a b]" || echoed.EstimatedCost != 2 {
+		t.Fatalf("result %v, estimated cost %v", got, echoed.EstimatedCost)
 	}
 }

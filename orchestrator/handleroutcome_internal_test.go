@@ -11,7 +11,7 @@ import (
 func TestHandlerOutcome(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	running := task.Task{Spec: task.Spec{ID: "t", MaxRetries: 2}, State: task.Running, Attempt: 2}
+	running := task.Task{Spec: task.Spec{ID: "t"}, State: task.Running, Attempt: 2}
 	d := task.Duration(time.Minute)
 	o := &Orchestrator{}
 

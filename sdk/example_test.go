@@ -263,12 +263,12 @@ func ExampleSubmitArgs() {
 	})
 
 	opts, _ := task.New("", nil) // defaults for everything else
-	opts.ID, opts.Priority = "digest-platform", 1
+	opts.ID, opts.Timeout = "digest-platform", task.Duration(time.Minute)
 	id, err := sdk.SubmitArgs(ctx, env.Client, Digest{Team: "platform"}, &opts)
 	if err != nil {
 		panic(err)
 	}
 	t, _ := env.Client.Wait(ctx, id)
-	fmt.Println(t.ID, t.Type, t.Priority, string(t.Result))
-	// Output: digest-platform digest.build 1 "digest for platform"
+	fmt.Println(t.ID, t.Type, t.Timeout.Std(), string(t.Result))
+	// Output: digest-platform digest.build 1m0s "digest for platform"
 }
