@@ -28,24 +28,26 @@ func startAX() (url string, stop func()) {
 	return env.URL, func() { _ = env.Close(context.Background()) }
 }
 
-// The package documentation's example: it needs a NATS server with AX
+// The package documentation's program: it needs a NATS server with AX
 // running, so it is compiled, not run.
 func Example() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	c, err := sdk.Connect(ctx, "nats://127.0.0.1:4222")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
+
 	spec, err := task.New("email.send", map[string]string{"to": "a@example.com"})
 	if err != nil {
 		log.Fatal(err)
 	}
-	id, err := c.Submit(ctx, spec)
+	id, err := c.Submit(ctx, spec) // durable once it returns
 	if err != nil {
 		log.Fatal(err)
 	}
-	t, err := c.Wait(ctx, id)
+	t, err := c.Wait(ctx, id) // succeeded, failed, cancelled or expired
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,36 +1,3 @@
-// Package sdk is AX's client: submit tasks and graphs (one at a time,
-// pipelined with SubmitMany, or buffered with a Submitter), read their
-// state and history, wait for them to end, cancel them, pause and resume
-// task types, manage schedules and the dead-letter queue. Handlers run in
-// package executor; package axtest runs a whole AX in a test.
-//
-// Typed submissions pair a payload type with its task type: SubmitArgs
-// (River-style task.Args) and SubmitTyped, the producer's side of
-// executor.HandleArgs and executor.HandleTyped.
-//
-// The sdk pulls in no logging or metrics library.
-//
-// # Example
-//
-//	ctx := context.Background()
-//	c, err := sdk.Connect(ctx, "nats://127.0.0.1:4222")
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	defer c.Close()
-//	spec, err := task.New("email.send", map[string]string{"to": "a@example.com"})
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	id, err := c.Submit(ctx, spec)
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	t, err := c.Wait(ctx, id)
-//	if err != nil {
-//		log.Fatal(err)
-//	}
-//	fmt.Println(t.State, string(t.Result))
 package sdk
 
 import (

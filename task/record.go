@@ -57,10 +57,11 @@ type Task struct {
 	// was larger than InlineResultLimit (Result is then empty).
 	ResultObject string `json:"result_object,omitempty"`
 	// Snoozes counts the snoozes of the current attempt series (at most
-	// MaxSnoozes); Snoozed is set while the task is retrying after a snooze,
-	// when Attempt is the attempt before the snoozed one, which runs again
-	// under the same number.
-	Snoozes int  `json:"snoozes,omitempty"`
+	// MaxSnoozes; a re-drive resets it).
+	Snoozes int `json:"snoozes,omitempty"`
+	// Snoozed is set while the task is retrying after a snooze: Attempt is
+	// then the attempt before the snoozed one, which runs again under its
+	// own number.
 	Snoozed bool `json:"snoozed,omitempty"`
 
 	// Phase is a shardable task's step: plan, shards or aggregate.
