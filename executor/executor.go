@@ -43,12 +43,21 @@ type Executor struct {
 
 	load *load
 
-	mu sync.Mutex
+	// startMu serialises Starts; mu guards the fields below it and is
+	// never held while waiting on NATS, so Stop is never held up by Start.
+	startMu sync.Mutex
+	mu      sync.Mutex
 	// sess is the running session (nil when not started); stopping the
-	// one being stopped, which a second Stop waits for.
-	sess     *session
-	stopping *session
+	// one being stopped, which a second Stop waits for; cancelStart ends a
+	// Start waiting for AX's streams.
+	sess        *session
+	stopping    *session
+	cancelStart context.CancelFunc
 }
+
+// ErrStopped is returned, wrapped, by a Start that Stop interrupted while
+// it waited for AX's streams.
+var ErrStopped = errors.New("executor stopped")
 
 // session is one Start…Stop of an executor: its pullers, the handlers they
 // started and the cancel signals it listens to. A restart makes a new one,
@@ -129,24 +138,41 @@ func (e *Executor) handler(taskType string) Handler {
 //
 // Start on a running executor does nothing; Start after Stop starts it
 // again (handlers a Stop gave up on may still be finishing: they keep their
-// capacity until they do).
+// capacity until they do). A Stop while Start waits for AX's streams ends
+// the wait: Start returns an error wrapping ErrStopped.
 func (e *Executor) Start(ctx context.Context) error {
+	e.startMu.Lock()
+	defer e.startMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.sess != nil {
+		e.mu.Unlock()
 		return nil
 	}
+	startCtx, cancelStart := context.WithCancel(ctx)
+	e.cancelStart = cancelStart
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.cancelStart = nil
+		e.mu.Unlock()
+		cancelStart()
+	}()
+	stopped := func() bool { return startCtx.Err() != nil && ctx.Err() == nil }
+
 	// The orchestrator creates AX's streams; an executor started first, or
 	// during a JetStream outage, waits for them.
 	s := &session{running: make(map[string]*execution), stopped: make(chan struct{})}
 	var pullers []*puller
-	err := topology.Retry(ctx, func(ctx context.Context) error {
+	err := topology.Retry(startCtx, func(ctx context.Context) error {
 		var err error
 		pullers, err = e.bind(ctx, s)
 		return err
 	}, func(err error, wait time.Duration) {
 		e.log.Warn("cannot bind to AX's streams yet; waiting", "error", err, "retry_in", wait)
 	})
+	if err != nil && stopped() {
+		return fmt.Errorf("executor: start: %w", ErrStopped)
+	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
@@ -166,6 +192,16 @@ func (e *Executor) Start(ctx context.Context) error {
 		return fmt.Errorf("executor: subscribe to cancel signals: %w", err)
 	}
 	s.cancelSub = sub
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if stopped() {
+		_ = sub.Unsubscribe()
+		s.signalsMu.Lock()
+		s.signalsDone = true
+		s.signalsMu.Unlock()
+		s.signals.Wait()
+		return fmt.Errorf("executor: start: %w", ErrStopped)
+	}
 	s.hardStop, s.hardStopFn = context.WithCancel(context.WithoutCancel(ctx))
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopPulling = cancel
@@ -230,6 +266,9 @@ func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 // for it (bounded by its own ctx).
 func (e *Executor) Stop(ctx context.Context) error {
 	e.mu.Lock()
+	if e.cancelStart != nil {
+		e.cancelStart() // a Start waiting for AX's streams gives up
+	}
 	s := e.sess
 	if s == nil {
 		s = e.stopping

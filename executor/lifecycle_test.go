@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ax-run/ax/axtest"
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/task"
 )
 
@@ -96,5 +98,36 @@ func TestStopReturnsWhenItsContextEnds(t *testing.T) {
 	axtest.RequireSucceeded(t, got)
 	if got.Executor != "healthy" || string(got.Result) != `"done"` || got.Attempt != 1 {
 		t.Fatalf("ran on %s, result %s, attempt %d; want healthy, \"done\", attempt 1", got.Executor, got.Result, got.Attempt)
+	}
+}
+
+// Stop ends a Start that waits for AX's streams (no orchestrator has
+// created them): Start returns ErrStopped instead of holding Stop up.
+func TestStopEndsAStartWaitingForStreams(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	waiting := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		close(waiting)
+		started <- ex.Start(context.Background()) // no deadline: only Stop ends it
+	}()
+	<-waiting
+	// A Stop before Start began waiting does nothing; one while it waits
+	// must end it with ErrStopped.
+	for {
+		if err := ex.Stop(context.Background()); err != nil {
+			t.Fatalf("Stop: %v", err)
+		}
+		select {
+		case err := <-started:
+			if !errors.Is(err, executor.ErrStopped) {
+				t.Fatalf("Start = %v, want ErrStopped", err)
+			}
+			return
+		case <-time.After(10 * time.Millisecond):
+			// Start had not begun waiting yet: stop again.
+		}
 	}
 }
