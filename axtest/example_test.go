@@ -48,6 +48,6 @@ func ExampleEnv_Run_retries() {
 	})
 	spec, _ := task.New("flaky", nil) // 5 retries by default
 	t, _ := env.Run(ctx, spec)
-	fmt.Println(t.State, "after", len(t.Errors), "attempts")
+	fmt.Println(t.State, "after", t.Attempt, "attempts")
 	// Output: failed after 6 attempts
 }
