@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/demo"
 )
 
@@ -28,7 +31,10 @@ and for the end-to-end tests.`,
 			}
 			defer d.stop()
 			log := d.log
-			cfg.Logger, cfg.Metrics = &log, registerer(d.reg)
+			cfg.Logger = slog.New(zerolog.NewSlogHandler(log))
+			if d.reg != nil {
+				cfg.Metrics = promexec.New(d.reg)
+			}
 			ex, err := executor.New(d.nc, cfg)
 			if err != nil {
 				return err
