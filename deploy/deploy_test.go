@@ -26,7 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/executor/execmetrics"
+	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
@@ -165,8 +165,8 @@ func TestEveryMetricUsedIsExported(t *testing.T) {
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg, SampleInterval: 50 * time.Millisecond,
 		Retry:   orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
 		Breaker: orchestrator.BreakerConfig{MinVolume: 2, Cooldown: time.Hour}})
-	em := execmetrics.New(reg)
-	ex := testenv.Executor(t, srv.URL(), executor.Config{Hooks: []executor.AttemptHook{em.Hook}})
+	em := promexec.New(reg)
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Metrics: em, Hooks: []executor.AttemptHook{em.Hook}})
 	em.Watch(ex)
 	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	ex.HandleFunc("bad", func(context.Context, *executor.Job) (any, error) { return nil, errors.New("always fails") })

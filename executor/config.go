@@ -2,23 +2,27 @@ package executor
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/nats-io/nuid"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/task"
 )
 
-// Defaults for Config.
+// Defaults for Config: a zero field means these.
 const (
-	DefaultCapacity  = 16.0
-	DefaultAckWait   = 30 * time.Second
-	DefaultMaxBatch  = 256
+	// DefaultCapacity is Config.Capacity's default, in cost units.
+	DefaultCapacity = 16.0
+	// DefaultAckWait is Config.AckWait's default.
+	DefaultAckWait = 30 * time.Second
+	// DefaultMaxBatch is Config.MaxBatch's default.
+	DefaultMaxBatch = 256
+	// DefaultIdleProbe is Config.IdleProbe's default.
 	DefaultIdleProbe = 5 * time.Second
-	// DefaultMaxTakeovers bounds take-overs of one attempt.
+	// DefaultMaxTakeovers is Config.MaxTakeovers's default: it bounds
+	// take-overs of one attempt.
 	DefaultMaxTakeovers = 3
 )
 
@@ -26,7 +30,8 @@ const (
 // 10, 6, 4.
 func DefaultWeights() [task.Levels]int { return [task.Levels]int{40, 25, 15, 10, 6, 4} }
 
-// Config configures an Executor. The zero value is usable.
+// Config configures an Executor. The zero value is usable: every zero
+// field means its documented default.
 type Config struct {
 	// ID names this executor in task records. Default "executor-<host>-<pid>-<random>".
 	ID string
@@ -55,17 +60,17 @@ type Config struct {
 	// run again (a task that kills its executor would loop forever).
 	// Default 3.
 	MaxTakeovers int
-	// Metrics registers the executor's Prometheus metrics (names in
-	// internal/metrics). Default nil: none. Hooks with executor/execmetrics
-	// serve the same series and more (running tasks per capability,
-	// capacity, capabilities served) without this field; use one or the
-	// other on a registry.
-	Metrics prometheus.Registerer
-	// Hooks wrap every attempt's handler call, the first outermost: metrics
-	// (executor/execmetrics), tracing, logging. Default none.
+	// Metrics receives the executor's measurements (attempts, handler run
+	// times, in-flight cost) for any metrics backend; package
+	// executor/promexec exports them to Prometheus. Default nil: none.
+	Metrics Metrics
+	// Logger receives structured logs (keys task_id, execution_id,
+	// attempt, capability…). Default nil: none.
+	Logger *slog.Logger
+	// Hooks wrap every attempt's handler call, the first outermost:
+	// per-capability metrics (executor/promexec), tracing
+	// (executor/exectrace), logging. Default none.
 	Hooks []AttemptHook
-	// Logger receives structured logs. Default: disabled.
-	Logger *zerolog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -105,8 +110,10 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxTakeovers = DefaultMaxTakeovers
 	}
 	if c.Logger == nil {
-		l := zerolog.Nop()
-		c.Logger = &l
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = NopMetrics{}
 	}
 	if c.Now == nil {
 		c.Now = time.Now

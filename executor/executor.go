@@ -4,63 +4,90 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/fanin"
-	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
 )
 
 // Executor pulls ready tasks of its capabilities and runs their handlers.
-// Register handlers with Handle before Start.
+// Register handlers with Handle (or HandleFunc, HandleTyped, HandleArgs,
+// HandleShards), then Start. Stop drains it; Start may be called again
+// after Stop.
 type Executor struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	log   zerolog.Logger
-	store *store.Store
-	// fanin reads shards' outcomes for aggregators; objects holds plans
-	// and large results.
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	log     *slog.Logger
+	metrics Metrics
+	// The streams the executor uses, bound by the first Start and kept:
+	// store holds the task records; fanin reads shards' outcomes for
+	// aggregators; objects holds plans and large results; leases is
+	// AX_LEASES, the leases of tasks running long enough to heart-beat,
+	// which keep a copy of their dispatch from taking over.
+	store   *store.Store
 	fanin   *fanin.Markers
 	objects jetstream.ObjectStore
-	// leases is AX_LEASES: the leases of tasks running long enough to
-	// heart-beat, which keep a copy of their dispatch from taking over.
-	leases jetstream.Stream
+	leases  jetstream.Stream
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
 
-	load    *load
-	metrics *metrics.Executor
+	load *load
 
-	runningMu sync.Mutex
-	running   map[string]*execution // by task id
+	// startMu serialises Starts; mu guards the fields below it and is
+	// never held while waiting on NATS, so Stop is never held up by Start.
+	startMu sync.Mutex
+	mu      sync.Mutex
+	// sess is the running session (nil when not started); stopping the
+	// one being stopped, which a second Stop waits for; cancelStart ends a
+	// Start waiting for AX's streams.
+	sess        *session
+	stopping    *session
+	cancelStart context.CancelFunc
+}
 
+// ErrStopped is returned, wrapped, by a Start that Stop interrupted while
+// it waited for AX's streams.
+var ErrStopped = errors.New("executor stopped")
+
+// session is one Start…Stop of an executor: its pullers, the handlers they
+// started and the cancel signals it listens to. A restart makes a new one,
+// so handlers still running from an earlier session (a Stop that gave up
+// on them) never mix with the new one's.
+type session struct {
+	// stopPulling ends the pullers.
+	stopPulling context.CancelFunc
 	// hardStop ends when Stop gives up waiting: reports stop retrying.
 	hardStop   context.Context
 	hardStopFn context.CancelFunc
-
-	mu        sync.Mutex
-	stopFn    context.CancelFunc
-	pullers   sync.WaitGroup
-	runs      sync.WaitGroup
-	cancelSub *nats.Subscription
+	pullers    sync.WaitGroup
+	runs       sync.WaitGroup
+	cancelSub  *nats.Subscription
 	// signals owns the checks of cancel signals (cancelRunning); none
 	// starts once signalsDone is set.
 	signals     sync.WaitGroup
 	signalsMu   sync.Mutex
 	signalsDone bool
+
+	runningMu sync.Mutex
+	running   map[string]*execution // by task id
+
+	// stopped is closed when Stop has returned for this session.
+	stopped chan struct{}
 }
 
-// New returns an executor that talks to NATS through nc.
+// New returns an executor that talks to NATS through nc. It checks cfg
+// (see Config for the defaults of its zero fields) but does not talk to
+// NATS until Start.
 func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 	if nc == nil {
 		return nil, errors.New("executor: nil NATS connection")
@@ -73,14 +100,12 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: jetstream: %w", err)
 	}
-	hardStop, hardStopFn := context.WithCancel(context.Background())
 	return &Executor{
-		cfg: cfg, nc: nc, js: js, hardStop: hardStop, hardStopFn: hardStopFn,
-		log:      cfg.Logger.With().Str("executor", cfg.ID).Logger(),
+		cfg: cfg, nc: nc, js: js,
+		log:      cfg.Logger.With("executor", cfg.ID),
+		metrics:  cfg.Metrics,
 		handlers: make(map[string]Handler),
 		load:     newLoad(cfg.Capacity),
-		metrics:  metrics.NewExecutor(cfg.Metrics),
-		running:  make(map[string]*execution),
 	}, nil
 }
 
@@ -88,6 +113,7 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 func (e *Executor) ID() string { return e.cfg.ID }
 
 // Handle registers the handler for a task type, replacing any earlier one.
+// Handlers may be registered while the executor runs.
 func (e *Executor) Handle(taskType string, h Handler) {
 	e.handlersMu.Lock()
 	defer e.handlersMu.Unlock()
@@ -105,77 +131,120 @@ func (e *Executor) handler(taskType string) Handler {
 	return e.handlers[taskType]
 }
 
-// Start creates the ready consumers of its capabilities and starts pulling.
+// Start creates the ready consumers of its capabilities and starts pulling;
+// it returns once the executor runs. If AX's streams do not exist yet (no
+// orchestrator has created them) it waits for them until ctx ends. ctx
+// bounds only the start: cancelling it later does not stop the executor.
+//
+// Start on a running executor does nothing; Start after Stop starts it
+// again (handlers a Stop gave up on may still be finishing: they keep their
+// capacity until they do). A Stop while Start waits for AX's streams ends
+// the wait: Start returns an error wrapping ErrStopped.
 func (e *Executor) Start(ctx context.Context) error {
+	e.startMu.Lock()
+	defer e.startMu.Unlock()
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.stopFn != nil {
+	if e.sess != nil {
+		e.mu.Unlock()
 		return nil
 	}
+	startCtx, cancelStart := context.WithCancel(ctx)
+	e.cancelStart = cancelStart
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.cancelStart = nil
+		e.mu.Unlock()
+		cancelStart()
+	}()
+	stopped := func() bool { return startCtx.Err() != nil && ctx.Err() == nil }
+
 	// The orchestrator creates AX's streams; an executor started first, or
 	// during a JetStream outage, waits for them.
+	s := &session{running: make(map[string]*execution), stopped: make(chan struct{})}
 	var pullers []*puller
-	err := topology.Retry(ctx, func(ctx context.Context) error {
+	err := topology.Retry(startCtx, func(ctx context.Context) error {
 		var err error
-		pullers, err = e.bind(ctx)
+		pullers, err = e.bind(ctx, s)
 		return err
 	}, func(err error, wait time.Duration) {
-		e.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot bind to AX's streams yet; waiting")
+		e.log.Warn("cannot bind to AX's streams yet; waiting", "error", err, "retry_in", wait)
 	})
+	if err != nil && stopped() {
+		return fmt.Errorf("executor: start: %w", ErrStopped)
+	}
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
 	sub, err := e.nc.Subscribe(subject.CancelSignalAll, func(m *nats.Msg) {
-		e.signalsMu.Lock()
-		defer e.signalsMu.Unlock()
-		if e.signalsDone {
+		s.signalsMu.Lock()
+		defer s.signalsMu.Unlock()
+		if s.signalsDone {
 			return
 		}
-		e.signals.Add(1)
+		s.signals.Add(1)
 		go func() {
-			defer e.signals.Done()
-			e.cancelRunning(subject.TaskIDFromCancelSignal(m.Subject))
+			defer s.signals.Done()
+			e.cancelRunning(s, subject.TaskIDFromCancelSignal(m.Subject))
 		}()
 	})
 	if err != nil {
 		return fmt.Errorf("executor: subscribe to cancel signals: %w", err)
 	}
-	e.cancelSub = sub
+	s.cancelSub = sub
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if stopped() {
+		_ = sub.Unsubscribe()
+		s.signalsMu.Lock()
+		s.signalsDone = true
+		s.signalsMu.Unlock()
+		s.signals.Wait()
+		return fmt.Errorf("executor: start: %w", ErrStopped)
+	}
+	s.hardStop, s.hardStopFn = context.WithCancel(context.WithoutCancel(ctx))
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.stopFn = cancel
+	s.stopPulling = cancel
 	for _, p := range pullers {
-		e.pullers.Add(1)
+		s.pullers.Add(1)
 		go func() {
-			defer e.pullers.Done()
+			defer s.pullers.Done()
 			p.run(runCtx)
 		}()
 	}
-	e.log.Info().Strs("capabilities", e.cfg.Capabilities).Float64("capacity", e.cfg.Capacity).Msg("executor started")
+	e.sess = s
+	e.log.Info("executor started", "capabilities", e.cfg.Capabilities, "capacity", e.cfg.Capacity)
 	return nil
 }
 
-// bind binds the streams the executor uses and its ready consumers.
-func (e *Executor) bind(ctx context.Context) ([]*puller, error) {
+// bind binds the streams the executor uses (once) and creates the ready
+// consumers of a session's pullers.
+func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 	if err := topology.Check(ctx, e.js); err != nil {
 		return nil, err
 	}
-	st, err := store.New(ctx, e.js)
-	if err != nil {
-		return nil, err
-	}
-	e.store = st
-	if e.fanin, err = fanin.New(ctx, e.js); err != nil {
-		return nil, err
-	}
-	if e.objects, err = e.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
-		return nil, fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
-	}
-	if e.leases, err = e.js.Stream(ctx, subject.StreamLeases); err != nil {
-		return nil, fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
+	if e.store == nil {
+		st, err := store.New(ctx, e.js)
+		if err != nil {
+			return nil, err
+		}
+		fi, err := fanin.New(ctx, e.js)
+		if err != nil {
+			return nil, err
+		}
+		objects, err := e.js.ObjectStore(ctx, subject.BucketObjects)
+		if err != nil {
+			return nil, fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
+		}
+		leases, err := e.js.Stream(ctx, subject.StreamLeases)
+		if err != nil {
+			return nil, fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
+		}
+		e.store, e.fanin, e.objects, e.leases = st, fi, objects, leases
 	}
 	var pullers []*puller
 	for _, capability := range e.cfg.Capabilities {
-		p, err := e.newPuller(ctx, capability)
+		p, err := e.newPuller(ctx, s, capability)
 		if err != nil {
 			return nil, err
 		}
@@ -185,43 +254,87 @@ func (e *Executor) bind(ctx context.Context) ([]*puller, error) {
 }
 
 // Stop stops pulling, then waits for running handlers to finish and report.
-// If ctx ends first, the remaining handlers are cancelled and their tasks
-// handed back for another executor, and Stop returns ctx's error.
+// If ctx ends first, Stop cancels the remaining handlers' contexts, hands
+// their tasks back at once for another executor (or this one after a
+// restart) to run again, and returns an error wrapping ctx's error without
+// waiting for them: a handler that ignores its context cannot hold Stop.
+// Such a handler's outcome is discarded when it returns.
 //
 // Order: stop fetching → drain in-flight handlers → flush reports → return.
-// The caller closes the NATS connection afterwards.
+// The caller closes the NATS connection afterwards. Stop on an executor
+// that is not running returns nil; a Stop while another is under way waits
+// for it (bounded by its own ctx).
 func (e *Executor) Stop(ctx context.Context) error {
 	e.mu.Lock()
-	cancel := e.stopFn
-	e.mu.Unlock()
-	if cancel == nil {
-		return nil
+	if e.cancelStart != nil {
+		e.cancelStart() // a Start waiting for AX's streams gives up
 	}
-	cancel()
-	e.pullers.Wait()
+	s := e.sess
+	if s == nil {
+		s = e.stopping
+		e.mu.Unlock()
+		if s == nil {
+			return nil
+		}
+		select {
+		case <-s.stopped:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("executor: stop: %w", ctx.Err())
+		}
+	}
+	e.sess, e.stopping = nil, s
+	e.mu.Unlock()
+	defer func() {
+		close(s.stopped)
+		e.mu.Lock()
+		if e.stopping == s {
+			e.stopping = nil
+		}
+		e.mu.Unlock()
+	}()
+
+	s.stopPulling()
 	done := make(chan struct{})
-	go func() { e.runs.Wait(); close(done) }()
+	go func() {
+		s.pullers.Wait()
+		s.runs.Wait()
+		close(done)
+	}()
 	var err error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		e.hardStopFn()
-		e.abandonRunning()
-		<-done
+		s.hardStopFn()
+		e.abandonRunning(s)
 		err = fmt.Errorf("executor: stop: %w", ctx.Err())
 	}
-	if e.cancelSub != nil {
-		_ = e.cancelSub.Unsubscribe()
-		e.signalsMu.Lock()
-		e.signalsDone = true
-		e.signalsMu.Unlock()
-		e.signals.Wait()
-	}
-	e.hardStopFn()
+	_ = s.cancelSub.Unsubscribe()
+	s.signalsMu.Lock()
+	s.signalsDone = true
+	s.signalsMu.Unlock()
+	s.signals.Wait()
+	s.hardStopFn()
 	// Acks are asynchronous: send them before the caller closes.
-	_ = e.nc.FlushTimeout(5 * time.Second)
-	e.log.Info().Msg("executor stopped")
+	if err := e.nc.FlushTimeout(flushTimeout(ctx)); err != nil && !e.nc.IsClosed() {
+		e.log.Debug("flush on stop failed", "error", err)
+	}
+	if err != nil {
+		e.log.Warn("executor stopped before its handlers finished; their tasks were handed back", "error", err)
+	} else {
+		e.log.Info("executor stopped")
+	}
 	return err
+}
+
+// flushTimeout bounds the final flush of Stop: what is left of ctx, at
+// least 100ms (a stop that timed out still sends its hand-backs), at most 5s.
+func flushTimeout(ctx context.Context) time.Duration {
+	d := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return max(d, 100*time.Millisecond)
 }
 
 // load tracks the summed estimated cost of running tasks against capacity.

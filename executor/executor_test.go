@@ -407,7 +407,7 @@ func TestCrashLoopIsFailedNotRunForever(t *testing.T) {
 		}
 		nc := testenv.Conn(t, srv.URL())
 		ex, err := executor.New(nc, executor.Config{ID: fmt.Sprint("doomed-", i), AckWait: time.Second,
-			IdleProbe: 100 * time.Millisecond, Logger: testenv.Logger(t)})
+			IdleProbe: 100 * time.Millisecond, Logger: testenv.SlogLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,26 +3,37 @@ package executor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
+
+	"github.com/ax-run/ax/task"
 )
 
 // Job is one execution attempt of a task, handed to a Handler.
 type Job struct {
-	ID            string
-	Type          string
-	Payload       json.RawMessage
-	Priority      int
-	Capability    string
-	Attempt       int
-	MaxRetries    int
-	ExecutionID   string
+	// ID is the task's id.
+	ID string
+	// Type is the task's type, the key its handler is registered under.
+	Type string
+	// Payload is the task's payload as submitted (JSON); HandleTyped and
+	// HandleArgs decode it for the handler.
+	Payload json.RawMessage
+	// Priority is the task's priority, 0 (highest) to 5.
+	Priority int
+	// Capability is the capability the task was routed to.
+	Capability string
+	// Attempt is the 1-based attempt number in the current attempt series.
+	Attempt int
+	// MaxRetries is how many retries the task has after its first attempt.
+	MaxRetries int
+	// ExecutionID identifies this dispatch; a rerun gets a new one.
+	ExecutionID string
+	// EstimatedCost is what the task counts against the executor's capacity.
 	EstimatedCost float64
 	// Phase is a shardable task's step: "plan" or "aggregate" ("" otherwise).
 	Phase string
-	// Parent and ShardIndex identify a shard of a sharded task.
-	Parent     string
+	// Parent is the sharded task a shard belongs to ("" for other tasks).
+	Parent string
+	// ShardIndex is a shard's place in its parent's plan.
 	ShardIndex int
 	// TraceParent is the W3C traceparent of the task's trace (from its
 	// dispatch's header, else its record), "" when it has none: an
@@ -32,7 +43,12 @@ type Job struct {
 
 // Handler runs jobs of one task type. The context carries the task's
 // execution timeout and is cancelled when the task is cancelled or the
-// executor stops. The result is marshalled to JSON and recorded.
+// executor stops. The result is marshalled to JSON and recorded (a
+// json.RawMessage or []byte holding valid JSON is recorded as is).
+//
+// The error decides what happens next: nil succeeds; a plain error is a
+// failed attempt, retried with backoff; Permanent, RetryAfter, Snooze and
+// Cancel ask for something else (see their types).
 type Handler interface {
 	Handle(ctx context.Context, job *Job) (result any, err error)
 }
@@ -43,36 +59,36 @@ type HandlerFunc func(ctx context.Context, job *Job) (any, error)
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, job *Job) (any, error) { return f(ctx, job) }
 
-// permanentError marks a failure that must not be retried.
-type permanentError struct{ err error }
+// TypedHandlerFunc is a handler whose payload arrives decoded into T.
+type TypedHandlerFunc[T any] func(ctx context.Context, job *Job, args T) (any, error)
 
-func (e *permanentError) Error() string { return e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
-
-// Permanent wraps err so the task fails at once, without retries.
-func Permanent(err error) error {
-	if err == nil {
-		err = errors.New("permanent failure")
-	}
-	return &permanentError{err}
+// Typed returns a Handler that decodes each job's payload (JSON) into a T
+// and calls f with it. A payload that does not decode into T is a permanent
+// failure: retrying cannot fix it. An empty payload leaves T's zero value.
+func Typed[T any](f TypedHandlerFunc[T]) Handler {
+	return HandlerFunc(func(ctx context.Context, job *Job) (any, error) {
+		var args T
+		if len(job.Payload) > 0 {
+			if err := json.Unmarshal(job.Payload, &args); err != nil {
+				return nil, Permanent(fmt.Errorf("decode payload of %s task %s into %T: %w", job.Type, job.ID, args, err))
+			}
+		}
+		return f(ctx, job, args)
+	})
 }
 
-// retryAfterError asks for the next attempt after a given delay.
-type retryAfterError struct {
-	err   error
-	delay time.Duration
+// HandleTyped registers f as the handler of taskType, with each job's
+// payload decoded into a T (see Typed). It is a function, not a method,
+// because Go methods cannot have type parameters.
+func HandleTyped[T any](e *Executor, taskType string, f TypedHandlerFunc[T]) {
+	e.Handle(taskType, Typed(f))
 }
 
-func (e *retryAfterError) Error() string {
-	return fmt.Sprintf("%v (retry after %s)", e.err, e.delay)
-}
-func (e *retryAfterError) Unwrap() error { return e.err }
-
-// RetryAfter wraps err so the next attempt starts after d instead of the
-// backoff delay. It still counts against max_retries.
-func RetryAfter(d time.Duration, err error) error {
-	if err == nil {
-		err = errors.New("retry requested")
-	}
-	return &retryAfterError{err: err, delay: d}
+// HandleArgs registers f as the handler of the task type T's Kind names,
+// with each job's payload decoded into a T: the River-style pairing of a
+// payload type and its task type, checked by the compiler on both sides
+// (sdk.SubmitArgs submits a T under the same Kind).
+func HandleArgs[T task.Args](e *Executor, f TypedHandlerFunc[T]) {
+	var zero T
+	e.Handle(zero.Kind(), Typed(f))
 }

@@ -13,9 +13,9 @@ import (
 // AttemptHook wraps every attempt's handler call (a planner's and an
 // aggregator's too): the place for the metrics, traces or logs a program
 // wants, without the executor depending on a library for them (see
-// executor/execmetrics for Prometheus and internal/tracing's hook for
-// OpenTelemetry in AX's own binary). A hook must call run exactly once, with
-// ctx or a context derived from it — one carrying a span, say, so the
+// executor/promexec's Hook for Prometheus and executor/exectrace for
+// OpenTelemetry). A hook must call run exactly once, with ctx or a
+// context derived from it — one carrying a span, say, so the
 // handler's own spans nest under it — and return run's error, or wrap it.
 // Hooks must be safe for concurrent use. Config.Hooks run in order, the
 // first outermost.

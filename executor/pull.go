@@ -34,6 +34,7 @@ const bellWait = 100 * time.Millisecond
 // re-checking every IdleProbe for redeliveries.
 type puller struct {
 	e          *Executor
+	s          *session
 	capability string
 	levels     [task.Levels]jetstream.Consumer
 	picker     *swrr.Picker
@@ -47,8 +48,8 @@ type puller struct {
 	failures int
 }
 
-func (e *Executor) newPuller(ctx context.Context, capability string) (*puller, error) {
-	p := &puller{e: e, capability: capability, picker: swrr.New(e.cfg.Weights[:]), bellRng: make(chan struct{}, 1)}
+func (e *Executor) newPuller(ctx context.Context, s *session, capability string) (*puller, error) {
+	p := &puller{e: e, s: s, capability: capability, picker: swrr.New(e.cfg.Weights[:]), bellRng: make(chan struct{}, 1)}
 	if err := p.bindLevels(ctx); err != nil {
 		return nil, err
 	}
@@ -93,7 +94,7 @@ func (p *puller) run(ctx context.Context) {
 		got, err := p.round(ctx, n)
 		if err != nil {
 			if p.e.nc.IsClosed() {
-				p.e.log.Error().Str("capability", p.capability).Msg("NATS connection closed; this executor stops pulling")
+				p.e.log.Error("NATS connection closed; this executor stops pulling", "capability", p.capability)
 				return
 			}
 			p.backoff(ctx, err)
@@ -101,7 +102,7 @@ func (p *puller) run(ctx context.Context) {
 				// Deleted by hand or lost: create it again, or nobody
 				// would ever pull this capability's tasks.
 				if err := p.bindLevels(ctx); err != nil {
-					p.e.log.Warn().Err(err).Str("capability", p.capability).Msg("cannot recreate the ready consumers; retrying")
+					p.e.log.Warn("cannot recreate the ready consumers; retrying", "error", err, "capability", p.capability)
 				}
 			}
 			continue
@@ -213,13 +214,13 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (
 	k := 0
 	for msg := range batch.Messages() {
 		k++
-		p.e.start(msg)
+		p.e.start(p.s, msg)
 	}
 	if err := batch.Error(); err != nil && ctx.Err() == nil {
 		if consumerGone(err) {
 			return k, fmt.Errorf("pull %s p%d: %w", p.capability, lvl, err)
 		}
-		p.e.log.Debug().Err(err).Str("capability", p.capability).Int("priority", lvl).Msg("pull ended early")
+		p.e.log.Debug("pull ended early", "error", err, "capability", p.capability, "priority", lvl)
 	}
 	return k, nil
 }
@@ -228,7 +229,7 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (
 // doubling to 5s, with one warning per outage.
 func (p *puller) backoff(ctx context.Context, err error) {
 	if p.failures == 0 {
-		p.e.log.Warn().Err(err).Msg("pulling failed; retrying with backoff until NATS answers")
+		p.e.log.Warn("pulling failed; retrying with backoff until NATS answers", "error", err)
 	}
 	p.failures++
 	d := min(100*time.Millisecond<<min(p.failures-1, 6), 5*time.Second)
@@ -251,7 +252,7 @@ func (p *puller) arm() bool {
 		}
 	})
 	if err != nil {
-		p.e.log.Warn().Err(err).Msg("cannot subscribe for new work; polling instead")
+		p.e.log.Warn("cannot subscribe for new work; polling instead", "error", err)
 		return false
 	}
 	p.bell = sub

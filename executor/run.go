@@ -25,14 +25,22 @@ type execution struct {
 	cancelled atomic.Bool
 	// abandoned: the executor is stopping; the task is handed back.
 	abandoned atomic.Bool
+	// msg is the dispatch; handBack gives it back once.
+	msg      jetstream.Msg
+	handBack sync.Once
+}
+
+// giveBack hands the dispatch back for redelivery (once).
+func (ex *execution) giveBack() {
+	ex.handBack.Do(func() { _ = ex.msg.Nak() })
 }
 
 // start claims and runs a fetched dispatch in its own goroutine, counting
 // its cost against capacity until it is done.
-func (e *Executor) start(msg jetstream.Msg) {
+func (e *Executor) start(s *session, msg jetstream.Msg) {
 	var d task.Dispatch
 	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" || d.Revision == 0 {
-		e.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("dropping malformed dispatch")
+		e.log.Warn("dropping malformed dispatch", "error", err, "subject", msg.Subject())
 		_ = msg.Term()
 		return
 	}
@@ -46,19 +54,19 @@ func (e *Executor) start(msg jetstream.Msg) {
 		_ = msg.Nak()
 		return
 	}
-	e.metrics.InFlightCost.Add(cost)
-	e.runs.Add(1)
+	e.metrics.InFlightCostChanged(cost)
+	s.runs.Add(1)
 	go func() {
-		defer e.runs.Done()
-		defer e.metrics.InFlightCost.Sub(cost)
+		defer s.runs.Done()
+		defer e.metrics.InFlightCostChanged(-cost)
 		defer e.load.release(cost)
-		e.execute(msg, d)
+		e.execute(s, msg, d)
 	}()
 }
 
-func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
+func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch) {
 	ctx := context.Background()
-	log := e.log.With().Str("task_id", d.ID).Str("execution_id", d.ExecutionID).Int("attempt", d.Attempt).Logger()
+	log := e.log.With("task_id", d.ID, "execution_id", d.ExecutionID, "attempt", d.Attempt)
 	delivered := uint64(1)
 	if md, err := msg.Metadata(); err == nil {
 		delivered = md.NumDelivered
@@ -70,21 +78,21 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 	case errors.Is(err, errRunningElsewhere):
 		// Another executor may be running it (or this is a copy of the
 		// dispatch): look again once its lease would have expired.
-		log.Debug().Msg("running elsewhere; checking again after the ack wait")
+		log.Debug("running elsewhere; checking again after the ack wait")
 		_ = msg.NakWithDelay(e.cfg.AckWait)
 		return
 	case errors.Is(err, store.ErrNotFound) && delivered >= unknownTaskDeliveries:
-		log.Warn().Uint64("deliveries", delivered).Msg("dropping dispatch of an unknown task")
+		log.Warn("dropping dispatch of an unknown task", "deliveries", delivered)
 		_ = msg.Term()
 		return
 	case errors.Is(err, store.ErrNotFound):
 		// Reads go to the stream leader, but a dispatch is work: look again
 		// a few times before dropping it.
-		log.Warn().Msg("dispatch of a task not found; looking again")
+		log.Warn("dispatch of a task not found; looking again")
 		_ = msg.NakWithDelay(500 * time.Millisecond)
 		return
 	case err != nil:
-		log.Warn().Err(err).Msg("claim failed; will retry")
+		log.Warn("claim failed; will retry", "error", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -93,7 +101,7 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		return
 	}
 
-	ex := &execution{executionID: t.ExecutionID}
+	ex := &execution{executionID: t.ExecutionID, msg: msg}
 	hctx, cancel := context.WithTimeout(ctx, t.Timeout.Std())
 	defer cancel()
 	if t.ExpiresAt != nil {
@@ -102,10 +110,14 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		defer cancelDeadline()
 	}
 	ex.cancel = cancel
-	e.track(t.ID, ex)
-	defer e.untrack(t.ID, ex)
+	if !e.track(s, t.ID, ex) {
+		// Stop gave up on this session between the claim and now.
+		ex.giveBack()
+		return
+	}
+	defer e.untrack(s, t.ID, ex)
 
-	stopBeat := e.heartbeat(msg, t)
+	stopBeat := e.heartbeat(ex, t)
 	var result any
 	var plan *task.PlanRef
 	var herr error
@@ -122,11 +134,11 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 
 	switch {
 	case ex.abandoned.Load():
-		log.Info().Msg("executor stopping: task handed back")
-		_ = msg.Nak()
+		log.Info("executor stopping: task handed back")
+		ex.giveBack()
 		return
 	case ex.cancelled.Load():
-		log.Info().Msg("task cancelled while running")
+		log.Info("task cancelled while running")
 		_ = msg.Ack()
 		return
 	}
@@ -149,26 +161,21 @@ func (e *Executor) execute(msg jetstream.Msg, d task.Dispatch) {
 		r.Result = nil
 	}
 	if herr != nil {
-		r.Status, r.Error = task.OutcomeFailed, task.TruncateError(herr.Error())
-		var perm *permanentError
-		var ra *retryAfterError
-		switch {
-		case errors.As(herr, &perm):
-			r.Permanent = true
-		case errors.As(herr, &ra):
-			d := task.Duration(ra.delay)
-			r.RetryAfter = &d
-		}
+		setOutcome(&r, herr)
 	}
-	e.metrics.Attempts.WithLabelValues(string(r.Status)).Inc()
-	e.metrics.Duration.Observe(finished.Sub(*t.StartedAt).Seconds())
-	if err := e.report(r); err != nil {
-		log.Warn().Err(err).Msg("report not published; handing the task back")
-		_ = msg.Nak()
+	if err := e.report(s.hardStop, r); err != nil {
+		log.Warn("report not published; handing the task back", "error", err)
+		ex.giveBack()
+		return
+	}
+	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
+	if ex.abandoned.Load() {
+		// Stop gave up and handed the task back while this report was
+		// published: the redelivery finds the task done.
 		return
 	}
 	if err := msg.Ack(); err != nil {
-		log.Debug().Err(err).Msg("ack failed after report; a redelivery will find the task done")
+		log.Debug("ack failed after report; a redelivery will find the task done", "error", err)
 	}
 }
 
@@ -265,7 +272,7 @@ func encodeResult(v any) (json.RawMessage, error) {
 // heartbeat extends the dispatch's lease every Heartbeat until the returned
 // func is called, and renews the task's lease record (ax.lease.<id>). It
 // costs nothing for tasks shorter than one interval.
-func (e *Executor) heartbeat(msg jetstream.Msg, running task.Task) func() {
+func (e *Executor) heartbeat(ex *execution, running task.Task) func() {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
@@ -273,11 +280,13 @@ func (e *Executor) heartbeat(msg jetstream.Msg, running task.Task) func() {
 	t = time.AfterFunc(e.cfg.Heartbeat, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if stopped {
+		if stopped || ex.abandoned.Load() {
+			// Handed back: extending the dispatch now could hold up
+			// its redelivery to another executor.
 			return
 		}
-		if err := msg.InProgress(); err != nil {
-			e.log.Debug().Err(err).Msg("heartbeat failed")
+		if err := ex.msg.InProgress(); err != nil {
+			e.log.Debug("heartbeat failed", "error", err)
 		}
 		e.renewLease(running)
 		t.Reset(e.cfg.Heartbeat)
@@ -305,7 +314,7 @@ func (e *Executor) renewLease(t task.Task) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := e.js.Publish(ctx, subject.Lease(t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
-		e.log.Debug().Err(err).Str("task_id", t.ID).Msg("lease not renewed")
+		e.log.Debug("lease not renewed", "error", err, "task_id", t.ID)
 	}
 }
 
@@ -338,7 +347,7 @@ var errRunningElsewhere = errors.New("task is running elsewhere")
 // report publishes an attempt's outcome, retrying through NATS outages
 // (the lease is kept meanwhile) until it is stored or the executor is
 // stopped for good.
-func (e *Executor) report(r task.Report) error {
+func (e *Executor) report(hardStop context.Context, r task.Report) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
@@ -348,8 +357,8 @@ func (e *Executor) report(r task.Report) error {
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
 	return backoff.Retry(func() error {
-		if e.hardStop.Err() != nil {
-			return backoff.Permanent(e.hardStop.Err())
+		if hardStop.Err() != nil {
+			return backoff.Permanent(hardStop.Err())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -359,17 +368,23 @@ func (e *Executor) report(r task.Report) error {
 	}, bo)
 }
 
-func (e *Executor) track(id string, ex *execution) {
-	e.runningMu.Lock()
-	defer e.runningMu.Unlock()
-	e.running[id] = ex
+// track records a running execution in its session; it returns false
+// when Stop already gave up on the session's handlers.
+func (e *Executor) track(s *session, id string, ex *execution) bool {
+	s.runningMu.Lock()
+	defer s.runningMu.Unlock()
+	if s.hardStop.Err() != nil {
+		return false
+	}
+	s.running[id] = ex
+	return true
 }
 
-func (e *Executor) untrack(id string, ex *execution) {
-	e.runningMu.Lock()
-	defer e.runningMu.Unlock()
-	if e.running[id] == ex {
-		delete(e.running, id)
+func (e *Executor) untrack(s *session, id string, ex *execution) {
+	s.runningMu.Lock()
+	defer s.runningMu.Unlock()
+	if s.running[id] == ex {
+		delete(s.running, id)
 	}
 }
 
@@ -377,10 +392,10 @@ func (e *Executor) untrack(id string, ex *execution) {
 // orchestrator. The signal is a plain NATS message anyone may publish, so it
 // is acted on only when the task's record (read from the stream leader)
 // says the execution really ended: cancelled, expired or superseded.
-func (e *Executor) cancelRunning(id string) {
-	e.runningMu.Lock()
-	ex := e.running[id]
-	e.runningMu.Unlock()
+func (e *Executor) cancelRunning(s *session, id string) {
+	s.runningMu.Lock()
+	ex := s.running[id]
+	s.runningMu.Unlock()
 	if ex == nil {
 		return
 	}
@@ -389,28 +404,29 @@ func (e *Executor) cancelRunning(id string) {
 	t, _, err := e.store.Get(ctx, id)
 	switch {
 	case err != nil:
-		e.log.Warn().Err(err).Str("task_id", id).Msg("cancel signal: cannot read the task; its handler keeps running")
+		e.log.Warn("cancel signal: cannot read the task; its handler keeps running", "error", err, "task_id", id)
 		return
 	case t.State != task.Cancelled && t.State != task.Expired && t.ExecutionID == ex.executionID:
-		e.log.Warn().Str("task_id", id).Str("state", string(t.State)).Msg("ignoring a cancel signal for a task that is not cancelled")
+		e.log.Warn("ignoring a cancel signal for a task that is not cancelled", "task_id", id, "state", string(t.State))
 		return
 	}
-	e.runningMu.Lock()
-	defer e.runningMu.Unlock()
-	if e.running[id] == ex {
+	s.runningMu.Lock()
+	defer s.runningMu.Unlock()
+	if s.running[id] == ex {
 		ex.cancelled.Store(true)
 		ex.cancel()
-		e.log.Info().Str("task_id", id).Msg("cancelling running handler")
+		e.log.Info("cancelling running handler", "task_id", id)
 	}
 }
 
-// abandonRunning cancels every running handler so their tasks go back to
-// the queue when the executor must stop before they finish.
-func (e *Executor) abandonRunning() {
-	e.runningMu.Lock()
-	defer e.runningMu.Unlock()
-	for _, ex := range e.running {
+// abandonRunning cancels every running handler of a session and hands its
+// task back at once, when the executor must stop before they finish.
+func (e *Executor) abandonRunning(s *session) {
+	s.runningMu.Lock()
+	defer s.runningMu.Unlock()
+	for _, ex := range s.running {
 		ex.abandoned.Store(true)
 		ex.cancel()
+		ex.giveBack()
 	}
 }

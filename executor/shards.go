@@ -17,9 +17,12 @@ import (
 // the parent task's priority and capability; the estimated cost defaults to 1.
 type Shard struct {
 	// Payload is marshalled to JSON (a []byte or json.RawMessage is used as is).
-	Payload       any
-	Priority      *int
-	Capability    string
+	Payload any
+	// Priority overrides the parent's priority when not nil.
+	Priority *int
+	// Capability overrides the parent's capability when not empty.
+	Capability string
+	// EstimatedCost is the shard's cost against executor capacity. Default 1.
 	EstimatedCost float64
 }
 
@@ -34,15 +37,22 @@ type Shard struct {
 //     its result is the task's result. Without it the task succeeds with a
 //     task.ShardSummary.
 type Sharded struct {
-	Plan      func(ctx context.Context, job *Job) ([]Shard, error)
-	Shard     HandlerFunc
+	// Plan returns the task's shards. Required.
+	Plan func(ctx context.Context, job *Job) ([]Shard, error)
+	// Shard runs one shard. Required.
+	Shard HandlerFunc
+	// Aggregate combines the shards' outcomes into the task's result.
+	// Optional.
 	Aggregate func(ctx context.Context, job *Job, shards *ShardOutcomes) (any, error)
 }
 
 // ShardOutcome is how one shard ended, as handed to an aggregator.
 type ShardOutcome struct {
+	// Index is the shard's place in the plan.
 	Index int
-	ID    string
+	// ID is the shard task's id, <parent>/shard/<index>.
+	ID string
+	// State is how the shard ended: succeeded, failed, cancelled or expired.
 	State task.State
 	// Result is the shard's result when it is at most
 	// task.InlineResultLimit bytes; read a larger one with
@@ -56,6 +66,7 @@ type ShardOutcome struct {
 
 // ShardOutcomes are the outcomes of every shard of a task, by index.
 type ShardOutcomes struct {
+	// Shards holds every shard's outcome, by index.
 	Shards []ShardOutcome
 	// Succeeded counts the shards that succeeded.
 	Succeeded int
@@ -190,10 +201,8 @@ func (e *Executor) putObject(ctx context.Context, name string, data []byte) erro
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
+	// Stop's giving up cancels ctx (the attempt's context).
 	return backoff.Retry(func() error {
-		if e.hardStop.Err() != nil {
-			return backoff.Permanent(e.hardStop.Err())
-		}
 		_, err := e.objects.PutBytes(ctx, name, data)
 		return err
 	}, backoff.WithContext(bo, ctx))

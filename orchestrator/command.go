@@ -121,6 +121,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 		next.Errors = nil
 		next.Result = nil
 		next.Redrives++
+		next.Snoozes, next.Snoozed = 0, false
 		return &next, reason, nil
 	})
 	if errors.Is(err, store.ErrNotFound) {

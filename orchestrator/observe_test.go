@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/executor/execmetrics"
+	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -70,8 +70,8 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg, Retry: fastRetry, SampleInterval: 50 * time.Millisecond})
-	em := execmetrics.New(reg)
-	ex := testenv.Executor(t, srv.URL(), executor.Config{Hooks: []executor.AttemptHook{em.Hook}, Capacity: 8})
+	em := promexec.New(reg)
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Metrics: em, Hooks: []executor.AttemptHook{em.Hook}, Capacity: 8})
 	em.Watch(ex)
 	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	var mu sync.Mutex

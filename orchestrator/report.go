@@ -28,7 +28,7 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 // applyReport moves a running task on by the outcome of its attempt (an
 // executor's report, or the reconciler's "lease expired").
 func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
-	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed {
+	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed && r.Status != task.OutcomeSnoozed && r.Status != task.OutcomeCancelled {
 		o.log.Warn("dropping report with unknown status", slog.String("task_id", r.ID), slog.String("status", string(r.Status)))
 		return nil
 	}
@@ -79,7 +79,9 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		}
 		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
-			o.recordOutcome(ctx, t.Type, r.Status == task.OutcomeSucceeded)
+			if countsForBreaker(r.Status) {
+				o.recordOutcome(ctx, t.Type, r.Status == task.OutcomeSucceeded)
+			}
 			return o.tracedOutcome(ctx, t, next, newRev)
 		}
 		if !errors.Is(err, store.ErrConflict) {
@@ -111,6 +113,13 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	t.UpdatedAt = now
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
+	}
+	if r.Status == task.OutcomeSnoozed || r.Status == task.OutcomeCancelled {
+		var reason string
+		var ok bool
+		if t, reason, r, ok = o.handlerOutcome(t, r, now); ok {
+			return t, reason
+		}
 	}
 	if r.Status == task.OutcomeSucceeded && t.Shardable && t.Phase != task.PhaseAggregate {
 		return o.planned(t, r)

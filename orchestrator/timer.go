@@ -131,6 +131,10 @@ func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 			}
 		}
 		next := o.readyNext(t, t.Attempt+1)
+		if t.Snoozed {
+			next.Snoozed = false
+			return &next, fmt.Sprintf("snooze %d over; attempt %d runs again", t.Snoozes, next.Attempt), nil
+		}
 		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.RetryLimit()), nil
 	})
 	return ignoreNotFound(err)

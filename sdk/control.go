@@ -45,16 +45,23 @@ func (c *Client) control(ctx context.Context, kind, taskType string, body []byte
 
 // BreakerStatus is a task type's circuit breaker as shared by the orchestrators.
 type BreakerStatus struct {
-	State        string    `json:"state"` // closed, open, half_open
-	Since        time.Time `json:"since"`
-	ProbesLeft   int       `json:"probes_left"`
-	FailureRatio float64   `json:"failure_ratio"`
-	Volume       int       `json:"volume"`
+	// State is closed, open or half_open.
+	State string `json:"state"`
+	// Since is when it entered State.
+	Since time.Time `json:"since"`
+	// ProbesLeft is how many probe attempts a half-open breaker still lets through.
+	ProbesLeft int `json:"probes_left"`
+	// FailureRatio is the share of failed attempts in the sliding window.
+	FailureRatio float64 `json:"failure_ratio"`
+	// Volume is the number of attempts in the sliding window.
+	Volume int `json:"volume"`
 }
 
 // GateStatus lists the pause switches ("" is every type) and the breakers.
 type GateStatus struct {
-	Pauses   map[string]task.Pause    `json:"pauses"`
+	// Pauses are the pause switches by task type ("" is every type).
+	Pauses map[string]task.Pause `json:"pauses"`
+	// Breakers are the circuit breakers by task type.
 	Breakers map[string]BreakerStatus `json:"breakers"`
 }
 

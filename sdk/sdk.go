@@ -1,12 +1,3 @@
-// Package sdk is AX's client: submit tasks and graphs, read their state and
-// history, wait for them to end, cancel them, and manage the dead-letter
-// queue. Handlers run in the executor package.
-//
-//	c, _ := sdk.Connect("nats://127.0.0.1:4222")
-//	defer c.Close()
-//	id, _ := c.Submit(ctx, task.Spec{Type: "email.send", Payload: []byte(`{"to":"a@b.c"}`)})
-//	t, _ := c.Wait(ctx, id)
-//	fmt.Println(t.State)
 package sdk
 
 import (
@@ -42,9 +33,12 @@ var ErrNoTopology = topology.ErrMissing
 
 // RejectedError is returned for a submission the orchestrator refused.
 type RejectedError struct {
+	// Rejection is the orchestrator's record of the refusal: the id, the
+	// reason and the input.
 	Rejection task.Rejection
 }
 
+// Error names the task and the reason it was refused.
 func (e *RejectedError) Error() string {
 	return fmt.Sprintf("task %s rejected: %s", e.Rejection.ID, e.Rejection.Reason)
 }

@@ -94,6 +94,7 @@ type SubmitError struct {
 	Tasks []error
 }
 
+// Error says how many tasks were not submitted and the first failure.
 func (e *SubmitError) Error() string {
 	if len(e.Tasks) == 0 {
 		return fmt.Sprintf("%d tasks not submitted", e.Failed)

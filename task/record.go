@@ -60,6 +60,13 @@ type Task struct {
 	// TraceParent is the W3C traceparent of the task's trace (its
 	// submission's span), so its dispatches and attempts join that trace.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// Snoozes counts the snoozes of the current attempt series (at most
+	// MaxSnoozes; a re-drive resets it).
+	Snoozes int `json:"snoozes,omitempty"`
+	// Snoozed is set while the task is retrying after a snooze: Attempt is
+	// then the attempt before the snoozed one, which runs again under its
+	// own number.
+	Snoozed bool `json:"snoozed,omitempty"`
 
 	// Phase is a shardable task's step: plan, shards or aggregate.
 	Phase string `json:"phase,omitempty"`
@@ -178,7 +185,17 @@ const (
 	OutcomeSucceeded Outcome = "succeeded"
 	// OutcomeFailed: the handler returned an error (or panicked, or timed out).
 	OutcomeFailed Outcome = "failed"
+	// OutcomeSnoozed asks for the same attempt again after RetryAfter,
+	// without counting a failure (up to MaxSnoozes per attempt series).
+	OutcomeSnoozed Outcome = "snoozed"
+	// OutcomeCancelled ends the task cancelled at its handler's request.
+	OutcomeCancelled Outcome = "cancelled"
 )
+
+// MaxSnoozes bounds the snoozes of one attempt series: a snooze beyond it
+// is a failed attempt (counted against max_retries), so a handler that
+// always snoozes cannot keep a task alive for ever.
+const MaxSnoozes = 100
 
 // Report is what an executor publishes on task.completed.<type>.
 type Report struct {
@@ -208,7 +225,8 @@ type Report struct {
 	ClaimRevision    uint64 `json:"claim_revision,omitempty"`
 	// Permanent asks for no retry of a failure.
 	Permanent bool `json:"permanent,omitempty"`
-	// RetryAfter asks for the next attempt after this delay instead of the backoff.
+	// RetryAfter asks for the next attempt after this delay instead of the
+	// backoff; for a snooze it is the snooze's delay.
 	RetryAfter *Duration `json:"retry_after,omitempty"`
 	// ResultObject names a result larger than InlineResultLimit in the
 	// AX_OBJECTS object store (Result is then empty).

@@ -11,7 +11,9 @@ package exectrace
 
 import (
 	"context"
+	"errors"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -31,7 +33,12 @@ func Hook(tp trace.TracerProvider) executor.AttemptHook {
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(tracing.TaskAttributes(t)...))
 		defer span.End()
 		err := run(ctx)
-		if err != nil {
+		var snooze *executor.SnoozeError
+		switch {
+		case errors.As(err, &snooze):
+			// A snooze is no failure: the attempt runs again later.
+			span.AddEvent("snoozed", trace.WithAttributes(attribute.String("ax.snooze_delay", snooze.Delay.String())))
+		case err != nil:
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}

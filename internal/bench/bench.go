@@ -619,7 +619,7 @@ func startStack(ctx context.Context, url string, opts []nats.Option, replicas in
 	}
 	enc, err := st.connect()
 	if err == nil {
-		st.ex, err = executor.New(enc, executor.Config{ID: "bench-executor", Capacity: capacity, Logger: &log})
+		st.ex, err = executor.New(enc, executor.Config{ID: "bench-executor", Capacity: capacity, Logger: slog.New(zerolog.NewSlogHandler(log))})
 	}
 	if err == nil {
 		register(st.ex)

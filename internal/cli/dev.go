@@ -128,7 +128,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		if err != nil {
 			return err
 		}
-		ec.Logger = &log
+		ec.Logger = slog.New(zerolog.NewSlogHandler(log))
 		watch := obs.executorHooks(&ec)
 		ex, err := executor.New(nc, ec)
 		if err != nil {

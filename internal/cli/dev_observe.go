@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/executor/execmetrics"
 	"github.com/ax-run/ax/executor/exectrace"
+	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/metrics"
 )
 
@@ -55,10 +55,10 @@ func startDevObservability(ctx context.Context, g *globals, addr string) (*devOb
 
 func (o *devObservability) registerer() prometheus.Registerer { return registerer(o.reg) }
 
-// executorHooks adds the metrics and tracing hooks to an executor's
-// config; call the returned func with the executor once it exists. The
-// demo runs two executors in one process: their series carry an
-// executor label.
+// executorHooks sets an executor config's metrics (Config.Metrics and a
+// hook) and adds the tracing hook; call the returned func with the
+// executor once it exists. The demo runs two executors in one process:
+// their series carry an executor label.
 func (o *devObservability) executorHooks(cfg *executor.Config) func(*executor.Executor) {
 	if o.tp != nil {
 		cfg.Hooks = append(cfg.Hooks, exectrace.Hook(o.tp))
@@ -66,7 +66,8 @@ func (o *devObservability) executorHooks(cfg *executor.Config) func(*executor.Ex
 	if o.reg == nil {
 		return func(*executor.Executor) {}
 	}
-	m := execmetrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"executor": cfg.ID}, o.reg))
+	m := promexec.New(prometheus.WrapRegistererWith(prometheus.Labels{"executor": cfg.ID}, o.reg))
+	cfg.Metrics = m
 	cfg.Hooks = append(cfg.Hooks, m.Hook)
 	return m.Watch
 }

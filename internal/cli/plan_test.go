@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/executor/execmetrics"
+	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -46,8 +46,8 @@ func TestPlanFromLiveMetrics(t *testing.T) {
 	srv := testenv.NATS(t)
 	oreg, ereg := prometheus.NewRegistry(), prometheus.NewRegistry()
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: oreg, SampleInterval: 100 * time.Millisecond})
-	em := execmetrics.New(ereg)
-	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 4, Hooks: []executor.AttemptHook{em.Hook}})
+	em := promexec.New(ereg)
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 4, Metrics: em, Hooks: []executor.AttemptHook{em.Hook}})
 	em.Watch(ex)
 	ex.HandleFunc("work", func(ctx context.Context, _ *executor.Job) (any, error) {
 		select {

@@ -2,13 +2,15 @@ package cli
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/executor"
-	"github.com/ax-run/ax/executor/execmetrics"
 	"github.com/ax-run/ax/executor/exectrace"
+	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/demo"
 )
 
@@ -30,13 +32,14 @@ and for the end-to-end tests.`,
 			}
 			defer d.stop()
 			log := d.log
-			cfg.Logger = &log
+			cfg.Logger = slog.New(zerolog.NewSlogHandler(log))
 			if d.tp != nil {
 				cfg.Hooks = append(cfg.Hooks, exectrace.Hook(d.tp))
 			}
-			var m *execmetrics.Metrics
+			var m *promexec.Metrics
 			if d.reg != nil {
-				m = execmetrics.New(d.reg)
+				m = promexec.New(d.reg)
+				cfg.Metrics = m
 				cfg.Hooks = append(cfg.Hooks, m.Hook)
 			}
 			ex, err := executor.New(d.nc, cfg)

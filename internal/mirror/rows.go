@@ -24,6 +24,8 @@ const (
 	OutcomeFailed    = "failed"
 	OutcomeCancelled = "cancelled"
 	OutcomeExpired   = "expired"
+	// OutcomeSnoozed: the handler snoozed; the attempt runs again.
+	OutcomeSnoozed = "snoozed"
 )
 
 // record is one AX_TASKS message: its stream sequence, the task id from its
@@ -239,7 +241,14 @@ func attemptRowOf(r record) (attemptRow, bool) {
 		switch ev.To {
 		case task.Succeeded:
 			row.Outcome = OutcomeSucceeded
-		case task.Retrying, task.Failed:
+		case task.Retrying:
+			if t.Snoozed {
+				// The record holds the attempt before the snoozed one.
+				row.Outcome, row.Attempt = OutcomeSnoozed, t.Attempt+1
+				break
+			}
+			fallthrough
+		case task.Failed:
 			row.Outcome = OutcomeFailed
 			for i := len(t.Errors) - 1; i >= 0; i-- {
 				if t.Errors[i].ExecutionID == t.ExecutionID {

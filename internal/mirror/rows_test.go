@@ -90,6 +90,10 @@ func TestAttemptRowOf(t *testing.T) {
 		{"takeover keeps it running", task.KindTransition, task.Running, task.Running, running, true, OutcomeRunning, "", false},
 		{"success closes it", task.KindTransition, task.Running, task.Succeeded, running, true, OutcomeSucceeded, "", true},
 		{"failure with retry", task.KindTransition, task.Running, task.Retrying, fail, true, OutcomeFailed, "boom", true},
+		{"snooze closes it, not as a failure", task.KindTransition, task.Running, task.Retrying, func(t *task.Task) {
+			running(t)
+			t.Snoozed, t.Snoozes, t.Attempt = true, 1, 0
+		}, true, OutcomeSnoozed, "", true},
 		{"final failure", task.KindTransition, task.Running, task.Failed, fail, true, OutcomeFailed, "boom", true},
 		{"cancelled while running", task.KindTransition, task.Running, task.Cancelled, running, true, OutcomeCancelled, "", true},
 		{"expired while running", task.KindTransition, task.Running, task.Expired, running, true, OutcomeExpired, "", true},

@@ -35,6 +35,11 @@ func Logger(t testing.TB) *zerolog.Logger {
 	return &l
 }
 
+// SlogLogger returns an slog logger for tests: silent unless AX_TEST_LOG is set.
+func SlogLogger(t testing.TB) *slog.Logger {
+	return slog.New(zerolog.NewSlogHandler(*Logger(t)))
+}
+
 // NATS starts an embedded server with its store in a temp dir and AX's
 // topology created, as an orchestrator would (executors and clients only
 // bind to it); it is shut down when the test ends. BareNATS has no topology.
@@ -105,7 +110,7 @@ func Orchestrator(t testing.TB, url string, cfg orchestrator.Config) *orchestrat
 func Executor(t testing.TB, url string, cfg executor.Config) *executor.Executor {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = Logger(t)
+		cfg.Logger = SlogLogger(t)
 	}
 	e, err := executor.New(Conn(t, url), cfg)
 	if err != nil {
