@@ -246,24 +246,26 @@ func serverURL(url, pattern string, syncAlways, cluster bool) (_ string, stop fu
 	if err != nil {
 		return "", nil, err
 	}
+	var halt func()
 	if cluster {
-		c, err := natsserver.StartCluster(3, natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
-		if err != nil {
-			os.RemoveAll(dir)
-			return "", nil, err
+		c, cerr := natsserver.StartCluster(3, natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
+		if cerr == nil {
+			url, halt = c.URL(), c.Stop
 		}
-		return c.URL(), func() {
-			c.Stop()
-			os.RemoveAll(dir)
-		}, nil
+		err = cerr
+	} else {
+		srv, serr := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
+		if serr == nil {
+			url, halt = srv.URL(), srv.Stop
+		}
+		err = serr
 	}
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	return srv.URL(), func() {
-		srv.Stop()
+	return url, func() {
+		halt()
 		os.RemoveAll(dir)
 	}, nil
 }
