@@ -49,7 +49,6 @@ func TestOrchestratorMemoryIsBoundedByConfig(t *testing.T) {
 // orchestrator's resident memory once all are dispatched.
 func queuedRSS(t *testing.T, n, payload int) int64 {
 	c := newCluster(t)
-	defer c.cleanup()
 	c.startServer()
 	orch := c.startOrchestrator("mem-orch")
 	_, cl := c.connect()
@@ -82,7 +81,10 @@ func queuedRSS(t *testing.T, n, payload int) int64 {
 		}
 		return info.State.Msgs >= uint64(n), fmt.Sprintf("%d stored", info.State.Msgs)
 	})
-	return rss(t, orch.pid())
+	n64 := rss(t, orch.pid())
+	orch.term()
+	c.server.term()
+	return n64
 }
 
 // rss reads a process's resident set size.
