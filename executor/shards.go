@@ -193,17 +193,27 @@ func (e *Executor) storeLargeResult(ctx context.Context, t task.Task, result jso
 }
 
 // putObject stores an object, riding out a NATS outage (no responders, a
-// leader election) for as long as the attempt's context allows: an
-// infrastructure error is not the handler's failure and must not use up the
-// task's retries.
+// leader election) for up to putObjectPatience: an infrastructure error is
+// not the handler's failure and should not use up the task's retries. A
+// store that keeps failing longer fails the attempt instead, so its retry
+// (a new execution, a new object name) runs soon rather than the task
+// sitting "running" until its timeout while this executor heart-beats. (A
+// cluster run saw three planners stuck that way after a partition.)
 func (e *Executor) putObject(ctx context.Context, name string, data []byte) error {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
-	bo.MaxElapsedTime = 0
-	// Stop's giving up cancels ctx (the attempt's context).
+	bo.MaxElapsedTime = putObjectPatience
+	tries := 0
 	return backoff.Retry(func() error {
 		_, err := e.objects.PutBytes(ctx, name, data)
+		if err != nil {
+			tries++
+			e.log.Warn("storing an object failed; retrying", "object", name, "tries", tries, "error", err)
+		}
 		return err
 	}, backoff.WithContext(bo, ctx))
 }
+
+// putObjectPatience bounds how long putObject retries one object.
+const putObjectPatience = time.Minute
