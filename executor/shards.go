@@ -206,7 +206,12 @@ func (e *Executor) putObject(ctx context.Context, name string, data []byte) erro
 	bo.MaxElapsedTime = putObjectPatience
 	tries := 0
 	return backoff.Retry(func() error {
-		_, err := e.objects.PutBytes(ctx, name, data)
+		// Each try has its own deadline: a chunk's acknowledgement lost in
+		// a partition would otherwise hold the put until the attempt's
+		// timeout.
+		tctx, cancel := context.WithTimeout(ctx, putObjectTry)
+		_, err := e.objects.PutBytes(tctx, name, data)
+		cancel()
 		if err != nil {
 			tries++
 			e.log.Warn("storing an object failed; retrying", "object", name, "tries", tries, "error", err)
@@ -215,5 +220,9 @@ func (e *Executor) putObject(ctx context.Context, name string, data []byte) erro
 	}, backoff.WithContext(bo, ctx))
 }
 
-// putObjectPatience bounds how long putObject retries one object.
-const putObjectPatience = time.Minute
+// putObjectPatience bounds how long putObject retries one object, and
+// putObjectTry one try.
+const (
+	putObjectPatience = time.Minute
+	putObjectTry      = 15 * time.Second
+)
