@@ -117,6 +117,8 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	o.bg.Add(1)
 	go o.breakerLoop(runCtx)
+	o.bg.Add(1)
+	go o.trimLoop(runCtx)
 	// The sweep batcher outlives the consume loops: handlers finishing the
 	// messages in hand at Stop still dispatch.
 	sweepCtx, stopSweeps := context.WithCancel(context.Background())
