@@ -74,7 +74,8 @@ func submitCmd(g *globals) *cobra.Command {
 	f.StringVar(&payload, "payload", "", "payload as JSON")
 	f.IntVar(spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
-	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first")
+	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first (or end: see --trigger-rule)")
+	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
@@ -199,6 +200,9 @@ func printTask(g *globals, t *task.Task) {
 		row("Parked", "waits for a free slot under its parent's max_parallel_shards")
 	}
 	row("Depends on", strings.Join(t.DependsOn, ", "))
+	if t.TriggerRule != "" {
+		row("Trigger rule", string(t.TriggerRule))
+	}
 	row("Dependents", strings.Join(t.Dependents, ", "))
 	row("Submitted", t.SubmittedAt.Format(time.RFC3339Nano))
 	row("Ready", ts(t.ReadyAt))
