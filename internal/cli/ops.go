@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -145,10 +146,23 @@ func statusCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			// An upstream forgotten after its retention leaves the
+			// inputs unreadable, not the status.
+			var ins []task.Input
+			var insErr error
+			if len(t.DependsOn) > 0 {
+				ins, insErr = c.Inputs(ctx, args[0])
+			}
 			if g.jsonOutput() {
 				out := map[string]any{"task": t, "history": h}
 				if shards != nil {
 					out["shards"] = shards
+				}
+				if ins != nil {
+					out["inputs"] = ins
+				}
+				if insErr != nil {
+					out["inputs_error"] = insErr.Error()
 				}
 				return g.printJSON(out)
 			}
@@ -156,6 +170,7 @@ func statusCmd(g *globals) *cobra.Command {
 			if shards != nil {
 				printShards(g, shards)
 			}
+			printInputs(g, ins, insErr)
 			fmt.Fprintln(g.stdout, "\nHistory:")
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "REV\tAT\tFROM\tTO\tACTOR\tREASON")
@@ -215,6 +230,38 @@ func printTask(g *globals, t *task.Task) {
 	row("Result object", t.ResultObject)
 	for _, e := range t.Errors {
 		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
+	}
+	_ = w.Flush()
+}
+
+// inputResultWidth bounds an inline result shown in ax status's inputs.
+const inputResultWidth = 80
+
+// printInputs shows how each upstream of a task ended and its result.
+func printInputs(g *globals, ins []task.Input, err error) {
+	if err != nil {
+		fmt.Fprintf(g.stdout, "\nInputs: not readable: %v\n", err)
+		return
+	}
+	if len(ins) == 0 {
+		return
+	}
+	fmt.Fprintln(g.stdout, "\nInputs:")
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  UPSTREAM\tSTATE\tRESULT\tREASON")
+	for _, in := range ins {
+		res := string(in.Result)
+		if len(res) > inputResultWidth {
+			cut := inputResultWidth
+			for cut > 0 && !utf8.RuneStart(res[cut]) {
+				cut--
+			}
+			res = res[:cut] + fmt.Sprintf("… (%d bytes)", len(in.Result))
+		}
+		if in.ResultObject != "" {
+			res = "object " + in.ResultObject
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", in.ID, in.State, res, in.Reason)
 	}
 	_ = w.Flush()
 }
