@@ -237,18 +237,34 @@ func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
 	return t
 }
 
-// resolveWaiting decides a waiting task: cancel it if an upstream did not
-// succeed, release it when all did, leave it otherwise. With register, it
-// first records itself as a dependent of each upstream: that write and the
-// upstream's own completion are compare-and-sets on the same subject, so
-// one of them always sees the other and the task is never forgotten.
+// resolveWaiting decides a waiting task by its trigger rule: cancel it or
+// release it when its upstreams' states decide it, leave it otherwise (see
+// task.TriggerRule). With register, it first records itself as a dependent
+// of each upstream: that write and the upstream's own completion are
+// compare-and-sets on the same subject, so one of them always sees the
+// other and the task is never forgotten.
 func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint64, register bool) error {
+	return o.resolveWaitingAfter(ctx, t, rev, register, "")
+}
+
+// resolveWaitingAfter is resolveWaiting reading the upstream first first:
+// the one whose end asks for it, so an end that decides the task alone
+// (an any_failed task's failed upstream) is not hidden behind an upstream
+// still running, at which a release check stops.
+func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev uint64, register bool, first string) error {
+	rule := t.Trigger()
+	deps := t.DependsOn
+	if first != "" && len(deps) > 1 && deps[0] != first && slices.Contains(deps, first) {
+		deps = append([]string{first}, slices.DeleteFunc(slices.Clone(deps), func(d string) bool { return d == first })...)
+	}
 	for range maxCASRetries {
-		allSucceeded := true
-		var blocker string
-		var blockerState task.State
-		var succeeded, missing []string
-		for _, dep := range t.DependsOn {
+		allCounted := true
+		var decider string
+		var deciderState task.State
+		verdict := task.VerdictWait
+		var counted []task.MemberOutcome
+		var missing []string
+		for _, dep := range deps {
 			var st task.State
 			var err error
 			if register {
@@ -261,55 +277,58 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 			if register && errors.Is(err, store.ErrNotFound) {
 				// Its submission may still be in flight: wait for it.
 				missing = append(missing, dep)
-				allSucceeded = false
+				allCounted = false
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("resolve %s: upstream %s: %w", t.ID, dep, err)
 			}
-			switch st {
-			case task.Succeeded:
-				succeeded = append(succeeded, dep)
-			case task.Failed, task.Cancelled, task.Expired:
-				blocker, blockerState = dep, st
+			switch v := rule.Upstream(st); v {
+			case task.VerdictCount:
+				counted = append(counted, task.MemberOutcome{ID: dep, State: st})
+			case task.VerdictRun, task.VerdictCancel:
+				decider, deciderState, verdict = dep, st, v
 			default:
-				allSucceeded = false
+				allCounted = false
 			}
 			// Registering must visit every upstream; a release check can
-			// stop at the first that has not succeeded (a failed one
-			// cancels its dependents itself).
-			if blocker != "" || (!allSucceeded && !register) {
+			// stop at the first that has not ended (its own end asks
+			// again).
+			if decider != "" || (!allCounted && !register) {
 				break
 			}
+		}
+		if decider == "" && allCounted {
+			verdict = rule.AllCounted()
 		}
 		var next task.Task
 		var reason string
 		switch {
-		case blocker == "" && len(missing) > 0:
+		case decider == "" && len(missing) > 0:
 			return o.waitForMissing(ctx, t, rev, missing)
-		case blocker != "":
+		case verdict == task.VerdictCancel:
 			next = t
 			next.State = task.Cancelled
 			now := o.now()
 			next.FinishedAt = &now
-			reason = fmt.Sprintf("upstream %s is %s", blocker, blockerState)
-		case allSucceeded && t.StartAt != nil && t.StartAt.After(o.now()):
+			reason = fmt.Sprintf("upstream %s is %s", decider, deciderState)
+			if decider == "" {
+				reason = "trigger rule any_failed: no upstream failed"
+			}
+		case verdict == task.VerdictRun && t.StartAt != nil && t.StartAt.After(o.now()):
 			return nil // its start timer releases it
-		case allSucceeded:
+		case verdict == task.VerdictRun:
 			if ok, why := o.gate.check(o.now(), t.Type, false); !ok {
 				if held, err := o.hold(ctx, t, rev, why, false); held || err != nil {
 					return err
 				}
 			}
 			next = o.readyNext(t, 1)
-			reason = "dependencies succeeded"
-			if len(t.DependsOn) == 0 {
-				reason = "start time reached"
-			}
+			reason = releaseReason(t, decider, deciderState)
 		case register && len(t.DependsOn) > task.WideFanIn:
-			// A wide fan-in counts its succeeded upstreams with markers;
-			// those that succeeded before it registered are marked here.
-			all, err := o.countUpstreams(ctx, t, succeeded...)
+			// A wide fan-in counts its ended upstreams with markers;
+			// those that ended before it registered are marked here.
+			all, err := o.countUpstreams(ctx, t, counted...)
 			if err != nil || !all {
 				return err
 			}
@@ -338,6 +357,20 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		register = false
 	}
 	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
+}
+
+// releaseReason says why a waiting task is released under its trigger
+// rule; decider is the upstream whose end released it alone, if one did.
+func releaseReason(t task.Task, decider string, deciderState task.State) string {
+	switch {
+	case len(t.DependsOn) == 0:
+		return "start time reached"
+	case decider != "":
+		return fmt.Sprintf("upstream %s is %s (trigger rule %s)", decider, deciderState, t.Trigger())
+	case t.Trigger() == task.TriggerAllEnded:
+		return "dependencies ended (trigger rule all_ended)"
+	}
+	return "dependencies succeeded"
 }
 
 // waitForMissing handles a waiting task whose upstreams in missing do not
@@ -399,13 +432,13 @@ func (o *Orchestrator) transitionFrom(ctx context.Context, t task.Task, rev uint
 	return t, fmt.Errorf("change task %s: too many concurrent changes", t.ID)
 }
 
-// countUpstreams marks upstreams of a wide fan-in waiter as succeeded and
-// reports whether all its upstreams may now be counted (a hint the caller
-// confirms by reading them: see package fanin).
-func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, upstreams ...string) (all bool, err error) {
+// countUpstreams marks how upstreams of a wide fan-in waiter ended (those
+// its trigger rule counts) and reports whether all its upstreams may now be
+// counted (a hint the caller confirms by reading them: see package fanin).
+func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, upstreams ...task.MemberOutcome) (all bool, err error) {
 	n := 0
 	for _, up := range upstreams {
-		if n, err = o.fanin.Mark(ctx, waiter.ID, up, task.MemberOutcome{ID: up, State: task.Succeeded}); err != nil {
+		if n, err = o.fanin.Mark(ctx, waiter.ID, up.ID, up); err != nil {
 			return false, err
 		}
 	}
@@ -526,9 +559,14 @@ func (o *Orchestrator) fireCascade(ctx context.Context, f timerFire) error {
 	return nil // re-driven since: its new end cascades again
 }
 
-// releaseDependent re-evaluates one waiting dependent of a succeeded task.
+// releaseDependent re-evaluates one waiting dependent of an ended task
+// (any dependent of a succeeded one; one whose trigger rule is not
+// all_succeeded of one that did not succeed).
 func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id string) error {
 	child, rev, err := o.store.Get(ctx, id)
+	if err == nil {
+		return o.upstreamEnded(ctx, t, child, rev)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		// Listed by its graph but not created yet (the graph's creation
 		// was interrupted): its creation resolves it against this task.
@@ -537,11 +575,18 @@ func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id str
 	if err != nil {
 		return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
 	}
+	return nil
+}
+
+// upstreamEnded re-evaluates child, read at rev, after its upstream t ended.
+func (o *Orchestrator) upstreamEnded(ctx context.Context, t, child task.Task, rev uint64) error {
+	id := child.ID
 	switch child.State {
 	case task.Waiting:
-		if len(child.DependsOn) > task.WideFanIn {
+		v := child.Trigger().Upstream(t.State)
+		if v == task.VerdictCount && len(child.DependsOn) > task.WideFanIn {
 			// Count instead of re-reading every upstream each time.
-			all, err := o.countUpstreams(ctx, child, t.ID)
+			all, err := o.countUpstreams(ctx, child, task.MemberOutcome{ID: t.ID, State: t.State})
 			if err != nil {
 				return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
 			}
@@ -549,7 +594,7 @@ func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id str
 				return nil
 			}
 		}
-		return o.resolveWaiting(ctx, child, rev, false)
+		return o.resolveWaitingAfter(ctx, child, rev, false, t.ID)
 	case task.Ready:
 		// Released earlier; its dispatch may not have been published.
 		return o.dispatch(ctx, child, rev)
@@ -583,6 +628,10 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 		}
 		if child.State.Terminal() {
 			return nil
+		}
+		if child.Trigger() != task.TriggerAllSucceeded {
+			// Its rule lets it run after an upstream that did not succeed.
+			return o.upstreamEnded(ctx, up, child, rev)
 		}
 		next := o.finished(child, task.Cancelled)
 		_, err = o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))

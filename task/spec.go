@@ -89,6 +89,10 @@ type Spec struct {
 	// flight) before it is cancelled naming the missing id. Zero: the
 	// orchestrator's default (10 minutes unless configured).
 	DependencyTimeout Duration `json:"dependency_timeout,omitempty"`
+	// TriggerRule says which outcomes of the upstreams in DependsOn let
+	// the task run: TriggerAllSucceeded (the default when empty),
+	// TriggerAllEnded or TriggerAnyFailed. Only with DependsOn.
+	TriggerRule TriggerRule `json:"trigger_rule,omitempty"`
 
 	// Shardable runs the type's planner as the task's first step; the
 	// shards it returns run as child tasks and an optional aggregator runs
@@ -145,6 +149,8 @@ type wireSpec struct {
 	Shardable         bool    `json:"shardable"`
 	MaxParallelShards int     `json:"max_parallel_shards"`
 	MinShardSuccess   float64 `json:"min_shard_success"`
+
+	TriggerRule TriggerRule `json:"trigger_rule"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -177,7 +183,8 @@ func (w wireSpec) spec() Spec {
 		DependsOn: w.DependsOn, MaxRetries: w.MaxRetries,
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
-		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess}
+		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess,
+		TriggerRule: w.TriggerRule}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -325,6 +332,10 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"dependency_timeout", "must not be negative"}
 	case s.MaxDispatches < 0 || s.MaxDispatches > 100:
 		return &ValidationError{"max_dispatches", fmt.Sprintf("%d is out of range 0..100", s.MaxDispatches)}
+	case !s.TriggerRule.Valid():
+		return &ValidationError{"trigger_rule", fmt.Sprintf("%q is not one of %v", s.TriggerRule, TriggerRules())}
+	case s.TriggerRule != "" && s.TriggerRule != TriggerAllSucceeded && len(s.DependsOn) == 0:
+		return &ValidationError{"trigger_rule", fmt.Sprintf("%s is only for tasks with depends_on", s.TriggerRule)}
 	}
 	if err := s.validateSharding(); err != nil {
 		return err

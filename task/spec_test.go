@@ -110,6 +110,8 @@ func TestBadSpecs(t *testing.T) {
 		{"oversized payload", `{"id":"a","type":"t","payload":` + big + `}`, "exceeds the limit"},
 		{"trailing data", `{"id":"a","type":"t"} {}`, "trailing"},
 		{"too many retries", `{"id":"a","type":"t","max_retries":1000}`, "max_retries"},
+		{"unknown trigger rule", `{"id":"a","type":"t","depends_on":["b"],"trigger_rule":"some_failed"}`, `trigger_rule: "some_failed" is not one of`},
+		{"trigger rule without depends_on", `{"id":"a","type":"t","trigger_rule":"all_ended"}`, "trigger_rule: all_ended is only for tasks with depends_on"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

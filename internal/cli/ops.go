@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -74,7 +75,8 @@ func submitCmd(g *globals) *cobra.Command {
 	f.StringVar(&payload, "payload", "", "payload as JSON")
 	f.IntVar(spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
-	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first")
+	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first (or end: see --trigger-rule)")
+	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
@@ -144,10 +146,23 @@ func statusCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			// An upstream forgotten after its retention leaves the
+			// inputs unreadable, not the status.
+			var ins []task.Input
+			var insErr error
+			if len(t.DependsOn) > 0 {
+				ins, insErr = c.Inputs(ctx, args[0])
+			}
 			if g.jsonOutput() {
 				out := map[string]any{"task": t, "history": h}
 				if shards != nil {
 					out["shards"] = shards
+				}
+				if ins != nil {
+					out["inputs"] = ins
+				}
+				if insErr != nil {
+					out["inputs_error"] = insErr.Error()
 				}
 				return g.printJSON(out)
 			}
@@ -155,6 +170,7 @@ func statusCmd(g *globals) *cobra.Command {
 			if shards != nil {
 				printShards(g, shards)
 			}
+			printInputs(g, ins, insErr)
 			fmt.Fprintln(g.stdout, "\nHistory:")
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "REV\tAT\tFROM\tTO\tACTOR\tREASON")
@@ -199,6 +215,9 @@ func printTask(g *globals, t *task.Task) {
 		row("Parked", "waits for a free slot under its parent's max_parallel_shards")
 	}
 	row("Depends on", strings.Join(t.DependsOn, ", "))
+	if t.TriggerRule != "" {
+		row("Trigger rule", string(t.TriggerRule))
+	}
 	row("Dependents", strings.Join(t.Dependents, ", "))
 	row("Submitted", t.SubmittedAt.Format(time.RFC3339Nano))
 	row("Ready", ts(t.ReadyAt))
@@ -211,6 +230,38 @@ func printTask(g *globals, t *task.Task) {
 	row("Result object", t.ResultObject)
 	for _, e := range t.Errors {
 		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
+	}
+	_ = w.Flush()
+}
+
+// inputResultWidth bounds an inline result shown in ax status's inputs.
+const inputResultWidth = 80
+
+// printInputs shows how each upstream of a task ended and its result.
+func printInputs(g *globals, ins []task.Input, err error) {
+	if err != nil {
+		fmt.Fprintf(g.stdout, "\nInputs: not readable: %v\n", err)
+		return
+	}
+	if len(ins) == 0 {
+		return
+	}
+	fmt.Fprintln(g.stdout, "\nInputs:")
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  UPSTREAM\tSTATE\tRESULT\tREASON")
+	for _, in := range ins {
+		res := string(in.Result)
+		if len(res) > inputResultWidth {
+			cut := inputResultWidth
+			for cut > 0 && !utf8.RuneStart(res[cut]) {
+				cut--
+			}
+			res = res[:cut] + fmt.Sprintf("… (%d bytes)", len(in.Result))
+		}
+		if in.ResultObject != "" {
+			res = "object " + in.ResultObject
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", in.ID, in.State, res, in.Reason)
 	}
 	_ = w.Flush()
 }
