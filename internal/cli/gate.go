@@ -3,10 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/ax-run/ax/sdk"
 	"sort"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ax-run/ax/sdk"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
