@@ -30,6 +30,7 @@ import (
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/orchestrator/promorch"
 	"github.com/ax-run/ax/task"
 )
 
@@ -162,9 +163,10 @@ func TestEveryMetricUsedIsExported(t *testing.T) {
 
 	srv := testenv.NATS(t)
 	reg := &recorder{Registry: prometheus.NewRegistry(), names: map[string]bool{}}
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg, SampleInterval: 50 * time.Millisecond,
+	om := promorch.New(reg)
+	om.Watch(testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: om, SampleInterval: 50 * time.Millisecond,
 		Retry:   orchestrator.RetryPolicy{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
-		Breaker: orchestrator.BreakerConfig{MinVolume: 2, Cooldown: time.Hour}})
+		Breaker: orchestrator.BreakerConfig{MinVolume: 2, Cooldown: time.Hour}}))
 	em := promexec.New(reg)
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Metrics: em, Hooks: []executor.AttemptHook{em.Hook}})
 	em.Watch(ex)

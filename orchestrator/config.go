@@ -6,7 +6,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-run/ax/internal/breaker"
@@ -88,9 +87,10 @@ type Config struct {
 	DispatchCacheBytes int64
 	// Topology tunes the streams created at start.
 	Topology TopologyOptions
-	// Metrics registers the orchestrator's Prometheus metrics (names in
-	// internal/metrics). Default nil: none.
-	Metrics prometheus.Registerer
+	// Metrics receives the orchestrator's measurements (package
+	// orchestrator/promorch exports them to Prometheus). Default nil:
+	// none, and JetStream is not sampled.
+	Metrics Metrics
 	// TracerProvider receives the orchestrator's spans (see
 	// internal/tracing). Default nil: the global provider, a no-op unless
 	// the program set one; a producer's trace context is passed on anyway.

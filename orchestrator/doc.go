@@ -24,6 +24,13 @@
 // (TopologyOptions) are policies of the same kind: zero fields take their
 // defaults.
 //
+// # Logs and metrics
+//
+// Config.Logger takes a *slog.Logger; Config.Metrics takes any Metrics
+// implementation (package orchestrator/promorch exports to Prometheus, and
+// Gates reads the breakers and pauses at any time), so embedding an
+// orchestrator pulls in neither a logging nor a metrics library.
+//
 // # Example
 //
 // A complete program that runs an orchestrator against a NATS server with

@@ -39,7 +39,6 @@ func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, nex
 	}
 	newRev, err := o.store.Write(ctx, ev, rev)
 	if err == nil {
-		o.metrics.Transitions.WithLabelValues(string(next.State)).Inc()
 		o.obs.wrote(cur, next)
 	}
 	return newRev, err

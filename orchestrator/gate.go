@@ -214,7 +214,7 @@ func (o *Orchestrator) evictIdleBreakers(ctx context.Context) {
 			o.log.Debug("idle breaker not removed from the control bucket", slog.Any("error", err), slog.String("key", key))
 		}
 	}
-	o.metrics.Breakers.Set(float64(o.gate.breakerCount()))
+	o.metrics.BreakersInMemory(o.gate.breakerCount())
 }
 
 func (g *gate) breakerCount() int {
@@ -381,7 +381,7 @@ func (o *Orchestrator) hold(ctx context.Context, t task.Task, rev uint64, why st
 	if ok, _ := o.gate.check(o.now(), t.Type, retry); ok {
 		return false, nil
 	}
-	o.metrics.Held.Inc()
+	o.metrics.DispatchHeld()
 	if t.Reason == why {
 		return true, nil
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/orchestrator/promorch"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -38,8 +39,9 @@ func reconciling(t *testing.T) (*natsserver.Server, *prometheus.Registry, *sdk.C
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
 	cfg := fastReconcile
-	cfg.Metrics = reg
-	testenv.Orchestrator(t, srv.URL(), cfg)
+	m := promorch.New(reg)
+	cfg.Metrics = m
+	m.Watch(testenv.Orchestrator(t, srv.URL(), cfg))
 	return srv, reg, testenv.Client(t, srv.URL())
 }
 
@@ -328,7 +330,7 @@ func TestHealthyRunHasNoRepairs(t *testing.T) {
 	// a stuck task.)
 	cfg.ReconcileInterval = 3 * time.Second
 	cfg.RunGrace = 10 * time.Second
-	cfg.Metrics = reg
+	cfg.Metrics = promorch.New(reg)
 	cfg.Retry = fastRetry
 	cfg.Breaker.Threshold = 1 // every task fails once: not a storm
 	testenv.Orchestrator(t, srv.URL(), cfg)
@@ -401,7 +403,7 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: promorch.New(reg)})
 	okExecutorStarted(t, srv.URL())
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, time.Minute)

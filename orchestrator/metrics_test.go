@@ -11,6 +11,7 @@ import (
 	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/orchestrator/promorch"
 	"github.com/ax-run/ax/task"
 )
 
@@ -45,7 +46,7 @@ func TestMetrics(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg})
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: promorch.New(reg)})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Metrics: promexec.New(reg)})
 	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	testenv.Start(t, ex)

@@ -3,15 +3,11 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ax-run/ax/internal/breaker"
 	"github.com/ax-run/ax/internal/consume"
-	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -20,69 +16,67 @@ import (
 // backlogs, timers and dead letters from JetStream.
 const DefaultSampleInterval = 5 * time.Second
 
-// observer feeds the metrics that describe tasks moving (from the
-// transitions this orchestrator writes) and AX's state (sampled from
-// JetStream). Its methods do nothing when metrics are off.
+// observer feeds Config.Metrics with the transitions this orchestrator
+// writes and the state it samples from JetStream. Redeliveries are counted
+// and JetStream sampled only when Config.Metrics is set.
 type observer struct {
-	on      bool
-	flow    *metrics.Flow
-	cluster *metrics.Cluster
-	// known remembers every backlog series seen, so one that emptied is
-	// set to 0 rather than left at its last value.
-	known map[[2]string]bool
+	on bool
+	m  Metrics
+	// known remembers every backlog level seen, so one that emptied is
+	// reported as 0 rather than left at its last value.
+	known map[backlogKey]bool
 }
 
-func newObserver(reg prometheus.Registerer, g *gate) *observer {
-	ob := &observer{on: reg != nil, flow: metrics.NewFlow(reg), cluster: metrics.NewCluster(reg), known: map[[2]string]bool{}}
-	metrics.Register(reg, gateCollector{g})
-	return ob
+type backlogKey struct {
+	capability string
+	priority   int
 }
 
-func seconds(from time.Time, to *time.Time) (float64, bool) {
-	if to == nil || from.IsZero() {
-		return 0, false
+func newObserver(m Metrics) *observer {
+	if m == nil {
+		return &observer{m: NopMetrics{}, known: map[backlogKey]bool{}}
 	}
-	return max(to.Sub(from).Seconds(), 0), true
+	return &observer{on: true, m: m, known: map[backlogKey]bool{}}
 }
 
-// wrote records the transition cur → next that was just written.
+// notMeasured marks a Transition's duration that this write does not measure.
+const notMeasured = time.Duration(-1)
+
+func since(from time.Time, to *time.Time) time.Duration {
+	if to == nil || from.IsZero() {
+		return notMeasured
+	}
+	return max(to.Sub(from), 0)
+}
+
+// wrote reports the write cur → next that was just made.
 func (ob *observer) wrote(cur task.Task, next *task.Task) {
-	if !ob.on || next.State == cur.State {
+	tr := Transition{Type: next.Type, Priority: next.PriorityLevel(), From: cur.State, To: next.State,
+		SchedulingDelay: notMeasured, SubmitToStart: notMeasured, SubmitToFinish: notMeasured}
+	if next.State == cur.State {
+		ob.m.TransitionWritten(tr)
 		return
 	}
-	prio := strconv.Itoa(next.PriorityLevel())
 	if cur.State == task.Running {
-		outcome := string(next.State)
+		tr.AttemptOutcome = string(next.State)
 		switch next.State {
 		case task.Retrying:
-			outcome = string(task.Failed)
-			ob.flow.Retries.WithLabelValues(next.Type).Inc()
+			tr.AttemptOutcome = string(task.Failed)
 		case task.Waiting: // a planner succeeded; its shards come next
-			outcome = string(task.Succeeded)
+			tr.AttemptOutcome = string(task.Succeeded)
 		}
-		ob.flow.Attempts.WithLabelValues(next.Type, outcome).Inc()
 		if cur.ReadyAt != nil && cur.Takeovers == 0 {
-			if s, ok := seconds(*cur.ReadyAt, cur.StartedAt); ok {
-				ob.flow.SchedulingDelay.WithLabelValues(prio).Observe(s)
-			}
+			tr.SchedulingDelay = since(*cur.ReadyAt, cur.StartedAt)
 		}
 		if cur.Attempt == 1 && cur.Redrives == 0 && cur.Takeovers == 0 {
-			if s, ok := seconds(cur.SubmittedAt, cur.StartedAt); ok {
-				ob.flow.SubmitToStart.WithLabelValues(prio).Observe(s)
-			}
+			tr.SubmitToStart = since(cur.SubmittedAt, cur.StartedAt)
 		}
 	}
-	switch next.State {
-	case task.Failed:
-		ob.flow.DeadLetters.WithLabelValues(next.Type).Inc()
-	case task.Succeeded:
-		if s, ok := seconds(next.SubmittedAt, next.FinishedAt); ok {
-			ob.flow.SubmitToFinish.WithLabelValues(prio).Observe(s)
-		}
+	if next.State == task.Succeeded {
+		tr.SubmitToFinish = since(next.SubmittedAt, next.FinishedAt)
 	}
+	ob.m.TransitionWritten(tr)
 }
-
-func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
 // countRedeliveries wraps a consumer's handler to count messages it gets
 // again.
@@ -90,10 +84,9 @@ func (ob *observer) countRedeliveries(consumer string, h consume.Handler) consum
 	if !ob.on {
 		return h
 	}
-	c := ob.flow.Redeliveries.WithLabelValues(consumer)
 	return func(ctx context.Context, msg jetstream.Msg) error {
 		if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
-			c.Inc()
+			ob.m.MessageRedelivered(consumer)
 		}
 		return h(ctx, msg)
 	}
@@ -106,13 +99,13 @@ func (o *Orchestrator) sampleLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := o.sample(sctx)
+		s, err := o.sample(sctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			o.obs.cluster.SampleErrors.Inc()
+			o.obs.m.SampleFailed(err)
 			o.log.Debug("metrics sample failed", slog.Any("error", err))
 		} else if err == nil {
-			o.obs.cluster.LastSample.Set(float64(o.now().Unix()))
+			o.obs.m.Sampled(s)
 		}
 		select {
 		case <-ctx.Done():
@@ -125,16 +118,16 @@ func (o *Orchestrator) sampleLoop(ctx context.Context) {
 // sample reads the ready backlogs, the orchestrator consumers' pending
 // messages and the timer, dead-letter and poison counts: a few requests per
 // non-empty capability and priority, whatever the number of tasks.
-func (o *Orchestrator) sample(ctx context.Context) error {
-	c := o.obs.cluster
+func (o *Orchestrator) sample(ctx context.Context) (Sample, error) {
 	now := o.now()
+	s := Sample{InHand: map[string]int{}, ConsumerPending: map[string]uint64{}}
 	// Every ready consumer (a capability's level that executors serve),
 	// then the levels with dispatches and no consumer (nobody serves them).
 	type level struct {
 		pending, inHand uint64
 		start           uint64 // first undelivered stream sequence
 	}
-	levels := map[[2]string]*level{}
+	levels := map[backlogKey]*level{}
 	names := o.ready.ConsumerNames(ctx)
 	for name := range names.Name() {
 		capability, prio, ok := subject.ParseReadyConsumer(name)
@@ -143,106 +136,71 @@ func (o *Orchestrator) sample(ctx context.Context) error {
 		}
 		cons, err := o.ready.Consumer(ctx, name)
 		if err != nil {
-			return err
+			return s, err
 		}
 		ci, err := cons.Info(ctx)
 		if err != nil {
-			return err
+			return s, err
 		}
-		levels[[2]string{capability, strconv.Itoa(prio)}] = &level{pending: ci.NumPending, inHand: uint64(ci.NumAckPending), start: ci.Delivered.Stream + 1}
+		levels[backlogKey{capability, prio}] = &level{pending: ci.NumPending, inHand: uint64(ci.NumAckPending), start: ci.Delivered.Stream + 1}
 	}
 	if err := names.Err(); err != nil {
-		return err
+		return s, err
 	}
 	info, err := o.ready.Info(ctx, jetstream.WithSubjectFilter(subject.ReadyAll))
 	if err != nil {
-		return err
+		return s, err
 	}
 	for subj, n := range info.State.Subjects {
 		capability, prio, ok := subject.ReadyParts(subj)
-		key := [2]string{capability, strconv.Itoa(prio)}
+		key := backlogKey{capability, prio}
 		if ok && levels[key] == nil {
 			levels[key] = &level{pending: n, start: 1}
 		}
 	}
-	inHand := map[string]float64{}
 	for key, l := range levels {
-		c.Backlog.WithLabelValues(key[0], key[1]).Set(float64(l.pending))
-		inHand[key[0]] += float64(l.inHand)
-		age := 0.0
+		s.InHand[key.capability] += int(l.inHand)
+		var age time.Duration
 		if l.pending > 0 {
-			subj := subject.Ready(key[0], atoi(key[1]))
+			subj := subject.Ready(key.capability, key.priority)
 			if msg, err := o.ready.GetMsg(ctx, l.start, jetstream.WithGetMsgSubject(subj)); err == nil {
-				age = max(now.Sub(msg.Time).Seconds(), 0)
+				age = max(now.Sub(msg.Time), 0)
 			}
 		}
-		c.BacklogOldest.WithLabelValues(key[0], key[1]).Set(age)
+		s.Backlogs = append(s.Backlogs, Backlog{Capability: key.capability, Priority: key.priority, Pending: l.pending, Oldest: age})
 		o.obs.known[key] = true
 	}
 	for key := range o.obs.known {
 		if levels[key] == nil { // emptied, and its consumer is gone
-			c.Backlog.WithLabelValues(key[0], key[1]).Set(0)
-			c.BacklogOldest.WithLabelValues(key[0], key[1]).Set(0)
+			s.Backlogs = append(s.Backlogs, Backlog{Capability: key.capability, Priority: key.priority})
 		}
-	}
-	for capability, n := range inHand {
-		c.InHand.WithLabelValues(capability).Set(n)
 	}
 	for _, l := range o.loops() {
 		stream, err := o.js.Stream(ctx, l.stream)
 		if err != nil {
-			return err
+			return s, err
 		}
 		cons, err := stream.Consumer(ctx, l.consumer)
 		if err != nil {
-			return err
+			return s, err
 		}
 		ci, err := cons.Info(ctx)
 		if err != nil {
-			return err
+			return s, err
 		}
-		c.ConsumerPending.WithLabelValues(l.consumer).Set(float64(ci.NumPending) + float64(ci.NumAckPending))
+		s.ConsumerPending[l.consumer] = ci.NumPending + uint64(ci.NumAckPending)
 	}
-	for name, g := range map[string]prometheus.Gauge{subject.StreamTimers: c.TimersPending, subject.StreamDLQ: c.DeadLetters, subject.StreamPoison: c.Poison} {
+	for name, n := range map[string]*uint64{subject.StreamTimers: &s.TimersPending, subject.StreamDLQ: &s.DeadLetters, subject.StreamPoison: &s.Poison} {
 		st, err := o.js.Stream(ctx, name)
 		if err != nil {
-			return err
+			return s, err
 		}
 		si, err := st.Info(ctx)
 		if err != nil {
-			return err
+			return s, err
 		}
-		g.Set(float64(si.State.Msgs))
+		*n = si.State.Msgs
 	}
-	return nil
-}
-
-// gateCollector exports the breakers and pauses of an orchestrator's copy
-// of the AX_CONTROL bucket at scrape time.
-type gateCollector struct{ g *gate }
-
-func (gc gateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- metrics.BreakerStateDesc
-	ch <- metrics.PausedDesc
-}
-
-func (gc gateCollector) Collect(ch chan<- prometheus.Metric) {
-	gc.g.mu.Lock()
-	defer gc.g.mu.Unlock()
-	for typ, st := range gc.g.shared {
-		v := 0.0
-		switch st {
-		case breaker.HalfOpen:
-			v = 1
-		case breaker.Open:
-			v = 2
-		}
-		ch <- prometheus.MustNewConstMetric(metrics.BreakerStateDesc, prometheus.GaugeValue, v, typ)
-	}
-	for typ, p := range gc.g.pauses {
-		if typ == "" {
-			typ = "all"
-		}
-		ch <- prometheus.MustNewConstMetric(metrics.PausedDesc, prometheus.GaugeValue, 1, typ, strconv.FormatBool(p.RetriesOnly))
-	}
+	s.At = o.now()
+	return s, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/orchestrator/promorch"
 	"github.com/ax-run/ax/task"
 )
 
@@ -69,7 +70,8 @@ func TestMetricsOfAKnownWorkload(t *testing.T) {
 	const n, k, backlog = 6, 3, 4
 	srv := testenv.NATS(t)
 	reg := prometheus.NewRegistry()
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: reg, Retry: fastRetry, SampleInterval: 50 * time.Millisecond})
+	om := promorch.New(reg)
+	om.Watch(testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: om, Retry: fastRetry, SampleInterval: 50 * time.Millisecond}))
 	em := promexec.New(reg)
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Metrics: em, Hooks: []executor.AttemptHook{em.Hook}, Capacity: 8})
 	em.Watch(ex)

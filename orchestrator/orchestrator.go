@@ -16,7 +16,6 @@ import (
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/fanin"
-	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -59,7 +58,7 @@ type Orchestrator struct {
 	// control is the AX_CONTROL bucket behind gate.
 	control jetstream.KeyValue
 	gate    *gate
-	metrics *metrics.Orchestrator
+	metrics Metrics
 	obs     *observer
 	tracer  trace.Tracer
 	// runCtx ends at Stop; bg owns background work (watch, breakers, releases).
@@ -82,9 +81,9 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), metrics: metrics.NewOrchestrator(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID))}
-	o.obs = newObserver(c.Metrics, o.gate)
+	o.metrics = o.obs.m
 	o.tracer = tracing.Tracer(c.TracerProvider)
 	return o, nil
 }
@@ -134,31 +133,25 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	for _, l := range loops {
 		bind := func(ctx context.Context) (jetstream.Consumer, error) { return o.bindLoop(ctx, l) }
 		keep := consume.KeepPoison(o.js, l.consumer)
-		poisoned := o.metrics.Poisoned.WithLabelValues(l.consumer)
 		loop := consume.Loop{Name: l.consumer, Workers: o.cfg.Workers, Batch: o.cfg.Batch, MaxBytes: o.pullBufferBytes(),
 			Handle: o.obs.countRedeliveries(l.consumer, l.handle), Log: o.log, AckWait: o.cfg.AckWait, MaxDeliveries: o.cfg.MaxDeliveries,
 			Poison: func(ctx context.Context, msg jetstream.Msg, reason error) error {
 				if err := keep(ctx, msg, reason); err != nil {
 					return err
 				}
-				poisoned.Inc()
+				o.metrics.MessagePoisoned(l.consumer)
 				return nil
 			}}
-		up := o.metrics.ConsumerUp.WithLabelValues(l.consumer)
-		restarts := o.metrics.ConsumerRestarts.WithLabelValues(l.consumer)
 		started := false
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			consume.Supervise(runCtx, loop, bind, func(running bool) {
 				if running {
-					up.Set(1)
-					if started {
-						restarts.Inc()
-					}
+					o.metrics.ConsumerStarted(l.consumer, started)
 					started = true
 				} else {
-					up.Set(0)
+					o.metrics.ConsumerStopped(l.consumer)
 				}
 			})
 		}()

@@ -79,7 +79,7 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		// creation did not happen; its submission, if any, arms a new one.
 		return ignoreNotFound(err)
 	}
-	o.metrics.Checks.WithLabelValues(string(t.State)).Inc()
+	o.metrics.ReconcilerChecked(t.State)
 	o.oldest.note(o, t)
 	if t.State.Terminal() {
 		// A task's end is applied by a message acknowledged only once its
@@ -249,7 +249,7 @@ func readyAt(t task.Task) *time.Time {
 }
 
 func (o *Orchestrator) repaired(reason string, t task.Task) {
-	o.metrics.Repairs.WithLabelValues(reason).Inc()
+	o.metrics.ReconcilerRepaired(reason)
 	o.log.Warn("reconciler: task had stalled; moving it on", slog.String("task_id", t.ID), slog.String("state", string(t.State)), slog.String("repair", reason), slog.Time("updated_at", t.UpdatedAt))
 }
 
@@ -280,5 +280,5 @@ func (s *oldestSeen) note(o *Orchestrator, t task.Task) {
 	}
 	cur.age, cur.seen = age, now
 	s.byAge[t.State] = cur
-	o.metrics.OldestUnfinished.WithLabelValues(string(t.State)).Set(age.Seconds())
+	o.metrics.OldestUnfinished(t.State, age)
 }

@@ -259,7 +259,7 @@ func (o *Orchestrator) reject(ctx context.Context, id string, msg jetstream.Msg,
 		return fmt.Errorf("encode rejection: %w", err)
 	}
 	o.log.Warn("submission rejected", slog.String("task_id", id), slog.String("subject", msg.Subject()), slog.String("reason", r.Reason))
-	o.metrics.Rejections.Inc()
+	o.metrics.SubmissionRejected()
 	if _, err := o.js.Publish(ctx, subject.Rejected(id, nuid.Next()), data); err != nil {
 		return fmt.Errorf("record rejection: %w", err)
 	}

@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/demo"
@@ -71,7 +73,7 @@ func startAX(t *testing.T) ax {
 func startRelay(t *testing.T, db *sql.DB, url string, cfg outbox.Config) *outbox.Relay {
 	t.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = testenv.Logger(t)
+		cfg.Logger = slog.New(zerolog.NewSlogHandler(*testenv.Logger(t)))
 	}
 	r, err := outbox.NewRelay(db, testenv.Conn(t, url), cfg)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/internal/subject"
 )
@@ -53,8 +53,9 @@ type Config struct {
 	// RetryMax caps the backoff after a failed round (MySQL or NATS down);
 	// the backoff starts at 100ms. Default 5s.
 	RetryMax time.Duration
-	// Logger receives structured logs. Default: disabled.
-	Logger *zerolog.Logger
+	// Logger receives structured logs (keys in snake_case; every record
+	// carries component=outbox_relay). Default nil: no logs.
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -107,7 +108,7 @@ type Relay struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	cfg Config
-	log zerolog.Logger
+	log *slog.Logger
 
 	// skipLocked is false on servers without SKIP LOCKED (MariaDB < 10.6,
 	// MySQL < 8.0): relays then wait for each other's batches instead.
@@ -139,10 +140,10 @@ func NewRelay(db *sql.DB, nc *nats.Conn, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new relay: jetstream: %w", err)
 	}
-	r := &Relay{db: db, nc: nc, js: js, cfg: cfg, log: zerolog.Nop(), skipLocked: true,
+	r := &Relay{db: db, nc: nc, js: js, cfg: cfg, log: slog.New(slog.DiscardHandler), skipLocked: true,
 		stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	if cfg.Logger != nil {
-		r.log = cfg.Logger.With().Str("component", "outbox_relay").Logger()
+		r.log = cfg.Logger.With(slog.String("component", "outbox_relay"))
 	}
 	r.base, r.cancel = context.WithCancel(context.Background())
 	return r, nil
@@ -176,7 +177,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.wg.Add(2)
 	go r.run()
 	go r.retain()
-	r.log.Info().Int("batch_size", r.cfg.BatchSize).Dur("interval", r.cfg.Interval).Bool("skip_locked", r.skipLocked).Msg("outbox relay started")
+	r.log.Info("outbox relay started", slog.Int("batch_size", r.cfg.BatchSize), slog.Duration("interval", r.cfg.Interval), slog.Bool("skip_locked", r.skipLocked))
 	return nil
 }
 
@@ -196,7 +197,7 @@ func (r *Relay) probe(ctx context.Context) error {
 		return fmt.Errorf("start relay: table %s does not exist: run outbox.Migrate (ax relay does) or apply outbox.Schema(): %w", Table, err)
 	case errors.As(err, &my) && my.Number == errSyntax:
 		r.skipLocked = false
-		r.log.Warn().Msg("this MySQL has no SKIP LOCKED (MariaDB 10.6+ and MySQL 8.0+ do): relays will take turns instead of working in parallel")
+		r.log.Warn("this MySQL has no SKIP LOCKED (MariaDB 10.6+ and MySQL 8.0+ do): relays will take turns instead of working in parallel")
 		return nil
 	}
 	return fmt.Errorf("start relay: %w", err)
@@ -297,7 +298,7 @@ func (r *Relay) run() {
 			msg := err.Error()
 			r.lastErr.Store(&msg)
 			backoff = min(max(2*backoff, 100*time.Millisecond), r.cfg.RetryMax)
-			r.log.Warn().Err(err).Int("rows", n).Dur("retry_in", backoff).Msg("outbox relay round failed; rows stay pending")
+			r.log.Warn("outbox relay round failed; rows stay pending", slog.Any("error", err), slog.Int("rows", n), slog.Duration("retry_in", backoff))
 			if !r.sleep(backoff, false) {
 				return
 			}
@@ -389,7 +390,7 @@ func (r *Relay) relayBatch() (int, error) {
 		} else {
 			r.tasks.Add(uint64(len(sent))) // approximate when a graph failed
 		}
-		r.log.Debug().Int("rows", len(sent)).Msg("outbox batch relayed")
+		r.log.Debug("outbox batch relayed", slog.Int("rows", len(sent)))
 	}
 	if pubErr != nil {
 		return len(batch), fmt.Errorf("publish: %d of %d rows not acknowledged: %w", len(batch)-len(sent), len(batch), pubErr)
@@ -467,9 +468,9 @@ func (r *Relay) retain() {
 	for r.sleep(r.cfg.RetentionInterval, false) {
 		n, err := r.deleteSent()
 		if err != nil {
-			r.log.Warn().Err(err).Msg("outbox retention failed; retried at the next interval")
+			r.log.Warn("outbox retention failed; retried at the next interval", slog.Any("error", err))
 		} else if n > 0 {
-			r.log.Debug().Int64("rows", n).Msg("outbox retention deleted sent rows")
+			r.log.Debug("outbox retention deleted sent rows", slog.Int64("rows", n))
 		}
 	}
 }

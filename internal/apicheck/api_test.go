@@ -23,6 +23,27 @@ var public = []string{
 	"github.com/ax-run/ax/executor",
 	"github.com/ax-run/ax/orchestrator",
 	"github.com/ax-run/ax/task",
+	"github.com/ax-run/ax/axtest",
+	"github.com/ax-run/ax/outbox",
+}
+
+// backends are the module paths of the logging and metrics libraries an
+// embedder must not be forced to link or adopt: the public packages log
+// through log/slog and report metrics through hooks (executor/promexec and
+// orchestrator/promorch feed Prometheus).
+var backends = []string{
+	"github.com/prometheus/",
+	"github.com/rs/zerolog",
+}
+
+// isBackend reports whether the package at path belongs to one of backends.
+func isBackend(path string) bool {
+	for _, b := range backends {
+		if strings.HasPrefix(path, b) && (strings.HasSuffix(b, "/") || path == b || strings.HasPrefix(path, b+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // forbidden reports why a type from package path may not appear in the
@@ -32,6 +53,8 @@ func forbidden(path string) string {
 	case path == "internal" || strings.HasPrefix(path, "internal/") ||
 		strings.Contains(path, "/internal/") || strings.HasSuffix(path, "/internal"):
 		return "an internal package, which code outside the module cannot import"
+	case isBackend(path):
+		return "a logging or metrics library every embedder would have to adopt"
 	}
 	return ""
 }
@@ -101,6 +124,27 @@ func TestForbiddenDetectsInternal(t *testing.T) {
 	}
 	if forbidden("github.com/ax-run/ax/task") != "" || forbidden("log/slog") != "" {
 		t.Error("public packages must be allowed")
+	}
+	for _, path := range []string{"github.com/rs/zerolog", "github.com/prometheus/client_golang/prometheus"} {
+		if forbidden(path) == "" {
+			t.Errorf("%s must be forbidden in exported signatures", path)
+		}
+	}
+	if forbidden("github.com/rs/zerologx") != "" {
+		t.Error("only zerolog itself is forbidden, not a module whose path starts like it")
+	}
+	// A *zerolog.Logger field and a prometheus.Registerer parameter are flagged.
+	zl := types.NewNamed(types.NewTypeName(token.NoPos, types.NewPackage("github.com/rs/zerolog", "zerolog"), "Logger", nil), types.NewStruct(nil, nil), nil)
+	reg := types.NewNamed(types.NewTypeName(token.NoPos, types.NewPackage("github.com/prometheus/client_golang/prometheus", "prometheus"), "Registerer", nil), types.NewInterfaceType(nil, nil), nil)
+	for name, typ := range map[string]types.Type{
+		"zerolog field":       types.NewStruct([]*types.Var{types.NewField(token.NoPos, self, "Logger", types.NewPointer(zl), false)}, nil),
+		"prometheus argument": types.NewSignatureType(nil, nil, nil, types.NewTuple(types.NewVar(token.NoPos, self, "reg", reg)), nil, false),
+	} {
+		w := &walker{pkg: self, seen: map[types.Type]bool{}}
+		w.typ(name, typ)
+		if len(w.problems) != 1 || !strings.Contains(w.problems[0], "logging or metrics library") {
+			t.Errorf("%s: problems %q, want one naming a logging or metrics library", name, w.problems)
+		}
 	}
 }
 

@@ -2,24 +2,34 @@ package apicheck
 
 import (
 	"os"
+	"slices"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// documented are the packages whose documentation is checked: a complete
-// program in the package comment, and a comment on every exported name.
-var documented = []string{
+// documented are the packages whose exported names must all have a doc
+// comment: every public package.
+var documented = append(slices.Clone(public),
+	"github.com/ax-run/ax/executor/promexec",
+	"github.com/ax-run/ax/executor/exectrace",
+	"github.com/ax-run/ax/orchestrator/promorch",
+)
+
+// withProgram are the packages whose doc.go holds a complete program.
+var withProgram = []string{
+	"github.com/ax-run/ax/sdk",
+	"github.com/ax-run/ax/executor",
 	"github.com/ax-run/ax/orchestrator",
 	"github.com/ax-run/ax/task",
 }
 
 // TestPackageDocExamplesCompile builds the complete program in the package
-// documentation of orchestrator and task, so the example a reader copies
-// from pkg.go.dev compiles.
+// documentation of withProgram, so the example a reader copies from
+// pkg.go.dev compiles.
 func TestPackageDocExamplesCompile(t *testing.T) {
-	for _, path := range documented {
+	for _, path := range withProgram {
 		out, err := exec.Command("go", "list", "-f", "{{.Dir}}", path).Output()
 		if err != nil {
 			t.Fatalf("go list %s: %v", path, err)

@@ -78,15 +78,15 @@ type Result struct {
 
 // Phase holds one phase's figures.
 type Phase struct {
-	Name          string
-	Tasks         int
-	Elapsed       time.Duration
-	TasksPerSec   float64
-	SubmitToStart Percentiles
-	SubmitToDone  Percentiles
+	Name          string        `json:"name"`
+	Tasks         int           `json:"tasks"`
+	Elapsed       time.Duration `json:"elapsed"`
+	TasksPerSec   float64       `json:"tasks_per_sec"`
+	SubmitToStart Percentiles   `json:"submit_to_start"`
+	SubmitToDone  Percentiles   `json:"submit_to_done"`
 	// DelayedLateness is handler start − run_at of the delayed tasks.
-	DelayedTasks    int
-	DelayedLateness Percentiles
+	DelayedTasks    int         `json:"delayed_tasks"`
+	DelayedLateness Percentiles `json:"delayed_lateness"`
 	// Backlog is, for the backlog probe, how many p5 tasks were submitted
 	// just before its p0 task, and UrgentStart that task's submit→start.
 	Backlog     int           `json:"backlog,omitempty"`
@@ -140,7 +140,10 @@ func (p *Phase) stored(ctx context.Context, js jetstream.JetStream, before strea
 
 // Percentiles of a latency distribution.
 type Percentiles struct {
-	P50, P90, P99, Max time.Duration
+	P50 time.Duration `json:"p50"`
+	P90 time.Duration `json:"p90"`
+	P99 time.Duration `json:"p99"`
+	Max time.Duration `json:"max"`
 }
 
 func percentiles(d []time.Duration) Percentiles {

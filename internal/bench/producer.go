@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -192,7 +193,7 @@ func benchOutbox(ctx context.Context, cfg ProducerConfig, nc *nats.Conn, prefix 
 	res.OutboxRows = n
 	res.EnqueueRowsPerSec = float64(n) / time.Since(begin).Seconds()
 
-	relay, err := outbox.NewRelay(db, nc, outbox.Config{Logger: &log})
+	relay, err := outbox.NewRelay(db, nc, outbox.Config{Logger: slog.New(zerolog.NewSlogHandler(log))})
 	if err != nil {
 		return err
 	}

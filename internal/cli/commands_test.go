@@ -303,3 +303,17 @@ func TestEmptyNotNull(t *testing.T) {
 		t.Fatalf("raw message: %s", b)
 	}
 }
+
+// TestHelpAndCompletion runs cobra's own subcommands: help for a command,
+// and the completion script of every shell.
+func TestHelpAndCompletion(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	if code, out, errOut := runCLI(ctx, "help", "submit"); code != 0 || !strings.Contains(out, "Usage:") || !strings.Contains(out, "ax submit") {
+		t.Errorf("ax help submit: exit %d: %s%s", code, out, errOut)
+	}
+	for shell, want := range map[string]string{"bash": "bash completion", "zsh": "#compdef ax", "fish": "complete -c ax", "powershell": "Register-ArgumentCompleter"} {
+		if code, out, errOut := runCLI(ctx, "completion", shell); code != 0 || !strings.Contains(out, want) {
+			t.Errorf("ax completion %s: exit %d, lacks %q: %.200s%s", shell, code, want, out, errOut)
+		}
+	}
+}

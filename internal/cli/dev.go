@@ -103,10 +103,13 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		return err
 	}
 	defer obs.stop()
-	orch, err := orchestrator.New(onc, orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log)), Metrics: obs.registerer(), TracerProvider: obs.tp})
+	ocfg := orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: obs.tp}
+	watch := orchestratorMetrics(obs.reg, &ocfg)
+	orch, err := orchestrator.New(onc, ocfg)
 	if err != nil {
 		return err
 	}
+	watch(orch)
 	if err := orch.Start(ctx); err != nil {
 		return err
 	}

@@ -53,8 +53,6 @@ func startDevObservability(ctx context.Context, g *globals, addr string) (*devOb
 	return obs, nil
 }
 
-func (o *devObservability) registerer() prometheus.Registerer { return registerer(o.reg) }
-
 // executorHooks sets an executor config's metrics (Config.Metrics and a
 // hook) and adds the tracing hook; call the returned func with the
 // executor once it exists. The demo runs two executors in one process:

@@ -13,6 +13,8 @@ import (
 
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/mirror"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/orchestrator/promorch"
 )
 
 // daemon is what a long-running command (orchestrator, worker, mirror)
@@ -77,13 +79,17 @@ func serveMetrics(ctx context.Context, addr string) (*prometheus.Registry, error
 	return reg, nil
 }
 
-// registerer turns a possibly nil registry into a possibly nil Registerer
-// (a nil *Registry in the interface would not be nil).
-func registerer(reg *prometheus.Registry) prometheus.Registerer {
+// orchestratorMetrics sets an orchestrator config's metrics when reg is
+// not nil (off: none, and no sampling of JetStream); call the returned
+// func with the orchestrator once it exists to export its breakers and
+// pauses.
+func orchestratorMetrics(reg *prometheus.Registry, cfg *orchestrator.Config) func(*orchestrator.Orchestrator) {
 	if reg == nil {
-		return nil
+		return func(*orchestrator.Orchestrator) {}
 	}
-	return reg
+	m := promorch.New(reg)
+	cfg.Metrics = m
+	return m.Watch
 }
 
 // exportMirrorLag samples a mirror's lag into its gauges until ctx ends.

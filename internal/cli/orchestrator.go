@@ -25,11 +25,13 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer d.stop()
 			log, nc, reg := d.log, d.nc, d.reg
-			cfg.Logger, cfg.Metrics, cfg.TracerProvider = slog.New(zerolog.NewSlogHandler(log)), registerer(reg), d.tp
+			cfg.Logger, cfg.TracerProvider = slog.New(zerolog.NewSlogHandler(log)), d.tp
+			om := orchestratorMetrics(reg, &cfg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
 				return err
 			}
+			om(o)
 			ctx := cmd.Context()
 			if err := o.Start(ctx); err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"github.com/ax-run/ax/executor/promexec"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/orchestrator/promorch"
 	"github.com/ax-run/ax/task"
 )
 
@@ -45,7 +46,8 @@ func TestPlanFromLiveMetrics(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	oreg, ereg := prometheus.NewRegistry(), prometheus.NewRegistry()
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: oreg, SampleInterval: 100 * time.Millisecond})
+	om := promorch.New(oreg)
+	om.Watch(testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: om, SampleInterval: 100 * time.Millisecond}))
 	em := promexec.New(ereg)
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 4, Metrics: em, Hooks: []executor.AttemptHook{em.Hook}})
 	em.Watch(ex)

@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ax-run/ax/sdk"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ax-run/ax/sdk"
 
 	"github.com/spf13/cobra"
 

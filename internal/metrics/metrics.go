@@ -1,7 +1,9 @@
 // Package metrics defines every Prometheus metric AX exports, with its name
-// and labels, and serves them. The orchestrator, executor and mirror take a
-// prometheus.Registerer (nil: no metrics); the sdk pulls in no metrics
-// backend.
+// and labels, and serves them. The public packages pull in no metrics
+// backend: the orchestrator and the executor report through their Metrics
+// hooks, which orchestrator/promorch and executor/promexec feed into these
+// collectors; the mirror and the relay (commands of ax) register theirs
+// here directly.
 package metrics
 
 import (
