@@ -119,18 +119,18 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 	case task.Retrying:
 		return o.armRetry(ctx, t)
 	case task.Succeeded:
-		return o.releaseDependents(ctx, t)
+		return o.releaseDependents(ctx, t, rev)
 	case task.Failed:
 		if err := o.deadLetter(ctx, t); err != nil {
 			return err
 		}
-		return o.cancelDependents(ctx, t)
+		return o.cancelDependents(ctx, t, rev)
 	case task.Cancelled, task.Expired:
 		// Tell a handler that may still run it; nobody listening is fine.
 		if err := o.nc.Publish(subject.CancelSignal(t.ID), nil); err != nil {
 			return fmt.Errorf("signal cancel of %s: %w", t.ID, err)
 		}
-		return o.cancelDependents(ctx, t)
+		return o.cancelDependents(ctx, t, rev)
 	}
 	return nil
 }
@@ -506,8 +506,8 @@ func (o *Orchestrator) dependentsOf(ctx context.Context, t task.Task) ([]string,
 }
 
 // releaseDependents re-evaluates the waiting dependents of a succeeded task.
-func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error {
-	return o.forDependents(ctx, t, "", o.releaseDependent)
+func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task, rev uint64) error {
+	return o.forDependents(ctx, t, rev, "", o.releaseDependent)
 }
 
 // dependentsStep bounds the dependents one message's handler moves: a task
@@ -518,7 +518,7 @@ const dependentsStep = 256
 // them when after is ""), at most dependentsStep of them; when more remain,
 // it arms t's cascade timer, whose message continues after the last one
 // done. Each step is idempotent, so a crash mid-way repeats a step at most.
-func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after string, each func(context.Context, task.Task, string) error) error {
+func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, rev uint64, after string, each func(context.Context, task.Task, string) error) error {
 	ids, err := o.dependentsOf(ctx, t)
 	if err != nil {
 		return fmt.Errorf("dependents of %s: %w", t.ID, err)
@@ -537,23 +537,35 @@ func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after str
 		}
 	}
 	if end < len(ids) {
-		return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: t.ID, At: o.now(), After: ids[end-1]})
+		return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: t.ID, At: o.now(), After: ids[end-1], Revision: rev})
 	}
 	return nil
 }
 
 // fireCascade continues an ended task's release or cancellation of its
 // dependents.
+//
+// The cascade was armed from the ended record at f.Revision: a read that is
+// older (or finds nothing) came from a stream leader that is behind (one
+// cut off by a partition), and dropping the continuation on it would leave
+// dependents waiting; it is tried again instead. A record past f.Revision
+// that is not ended was re-driven since: its new end cascades again.
 func (o *Orchestrator) fireCascade(ctx context.Context, f timerFire) error {
-	t, _, err := o.store.Get(ctx, f.ID)
+	t, rev, err := o.store.Get(ctx, f.ID)
+	if errors.Is(err, store.ErrNotFound) && f.Revision > 0 {
+		return fmt.Errorf("cascade of %s: not found, though it ended at revision %d (a stale read); trying again", f.ID, f.Revision)
+	}
 	if err != nil {
 		return ignoreNotFound(err)
 	}
+	if rev < f.Revision {
+		return fmt.Errorf("cascade of %s: read revision %d, older than its end at %d (a stale read); trying again", f.ID, rev, f.Revision)
+	}
 	switch t.State {
 	case task.Succeeded:
-		return o.forDependents(ctx, t, f.After, o.releaseDependent)
+		return o.forDependents(ctx, t, rev, f.After, o.releaseDependent)
 	case task.Failed, task.Cancelled, task.Expired:
-		return o.forDependents(ctx, t, f.After, o.cancelDependent)
+		return o.forDependents(ctx, t, rev, f.After, o.cancelDependent)
 	}
 	return nil // re-driven since: its new end cascades again
 }
@@ -608,8 +620,8 @@ func (o *Orchestrator) upstreamEnded(ctx context.Context, t, child task.Task, re
 // whole cascade costs O(edges): a dependent already ended is not walked
 // through again (its own effects were, or will be, ensured by its own
 // message or its watch).
-func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error {
-	return o.forDependents(ctx, t, "", o.cancelDependent)
+func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task, rev uint64) error {
+	return o.forDependents(ctx, t, rev, "", o.cancelDependent)
 }
 
 func (o *Orchestrator) cancelDependent(ctx context.Context, up task.Task, id string) error {

@@ -29,6 +29,9 @@ type timerFire struct {
 	Cascade bool `json:"cascade,omitempty"`
 	// After is where a cascade continues: the last dependent done.
 	After string `json:"after,omitempty"`
+	// Revision is the revision of the ended record a cascade continues
+	// (0 in cascades armed by earlier versions).
+	Revision uint64 `json:"revision,omitempty"`
 	// Tasks are a sweep's dispatched tasks (ID is then the batch's id).
 	Tasks []sweepEntry `json:"tasks,omitempty"`
 }
