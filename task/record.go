@@ -60,6 +60,9 @@ type Task struct {
 	// TraceParent is the W3C traceparent of the task's trace (its
 	// submission's span), so its dispatches and attempts join that trace.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// DuplicateOf names the task that held the spec's unique_key when
+	// this one was submitted: this one was created cancelled and never ran.
+	DuplicateOf string `json:"duplicate_of,omitempty"`
 	// Snoozes counts the snoozes of the current attempt series (at most
 	// MaxSnoozes; a re-drive resets it).
 	Snoozes int `json:"snoozes,omitempty"`

@@ -76,6 +76,8 @@ func submitCmd(g *globals) *cobra.Command {
 	f.IntVar(spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
 	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first (or end: see --trigger-rule)")
+	f.StringVar(&spec.UniqueKey, "unique-key", "", "one task of this type per key within --unique-window (a later one is recorded as a duplicate)")
+	f.DurationVar((*time.Duration)(&spec.UniqueWindow), "unique-window", 0, "with --unique-key: how long the key holds (e.g. 1h)")
 	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
@@ -215,6 +217,10 @@ func printTask(g *globals, t *task.Task) {
 		row("Parked", "waits for a free slot under its parent's max_parallel_shards")
 	}
 	row("Depends on", strings.Join(t.DependsOn, ", "))
+	if t.UniqueKey != "" {
+		row("Unique key", fmt.Sprintf("%q for %s", t.UniqueKey, t.UniqueWindow.Std()))
+	}
+	row("Duplicate of", t.DuplicateOf)
 	if t.TriggerRule != "" {
 		row("Trigger rule", string(t.TriggerRule))
 	}
