@@ -312,6 +312,7 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 			now := o.now()
 			next.FinishedAt = &now
 			reason = fmt.Sprintf("upstream %s is %s", decider, deciderState)
+			next.CancelledBy = decider
 			if decider == "" {
 				reason = "trigger rule any_failed: no upstream failed"
 			}
@@ -520,6 +521,13 @@ const dependentsStep = 256
 // it arms t's cascade timer, whose message continues after the last one
 // done. Each step is idempotent, so a crash mid-way repeats a step at most.
 func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after string, each func(context.Context, task.Task, string) error) error {
+	return o.forDependentsFrom(ctx, t, timerFire{ID: t.ID, After: after}, each)
+}
+
+// forDependentsFrom is forDependents continuing from, and handing on, a
+// cascade timer's message from (its After, and what else it carries).
+func (o *Orchestrator) forDependentsFrom(ctx context.Context, t task.Task, from timerFire, each func(context.Context, task.Task, string) error) error {
+	after := from.After
 	ids, err := o.dependentsOf(ctx, t)
 	if err != nil {
 		return fmt.Errorf("dependents of %s: %w", t.ID, err)
@@ -538,7 +546,9 @@ func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after str
 		}
 	}
 	if end < len(ids) {
-		return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: t.ID, At: o.now(), After: ids[end-1]})
+		next := from
+		next.ID, next.At, next.After = t.ID, o.now(), ids[end-1]
+		return o.armTimer(ctx, subject.TimerCascade, next)
 	}
 	return nil
 }
@@ -549,6 +559,9 @@ func (o *Orchestrator) fireCascade(ctx context.Context, f timerFire) error {
 	t, _, err := o.store.Get(ctx, f.ID)
 	if err != nil {
 		return ignoreNotFound(err)
+	}
+	if f.Reopen != "" {
+		return o.reopenDependents(ctx, t, f)
 	}
 	switch t.State {
 	case task.Succeeded:
@@ -634,6 +647,7 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 			return o.upstreamEnded(ctx, up, child, rev)
 		}
 		next := o.finished(child, task.Cancelled)
+		next.CancelledBy = up.ID
 		_, err = o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
 		if err == nil {
 			// Its effects, from its own message.

@@ -29,6 +29,9 @@ type timerFire struct {
 	Cascade bool `json:"cascade,omitempty"`
 	// After is where a cascade continues: the last dependent done.
 	After string `json:"after,omitempty"`
+	// Reopen marks a cascade that re-opens the dependents the task's
+	// failure cancelled: it says which re-drive asked (see reopen.go).
+	Reopen string `json:"reopen,omitempty"`
 	// Tasks are a sweep's dispatched tasks (ID is then the batch's id).
 	Tasks []sweepEntry `json:"tasks,omitempty"`
 }

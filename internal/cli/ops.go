@@ -336,19 +336,35 @@ func dlqCmd(g *globals) *cobra.Command {
 			return w.Flush()
 		}),
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(redriveCmd(g))
+	return cmd
+}
+
+// redriveCmd is `ax dlq redrive` (also `ax redrive`).
+func redriveCmd(g *globals) *cobra.Command {
+	var withDependents bool
+	var reason, by string
+	cmd := &cobra.Command{
 		Use:   "redrive ID",
-		Short: "Start a fresh attempt series for a dead-lettered task",
+		Short: "Start a fresh attempt series for a dead-lettered task (--with-dependents re-opens what its failure cancelled)",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
-			t, err := c.Redrive(ctx, args[0])
+			opts := []sdk.RedriveOption{sdk.By(by)}
+			if withDependents {
+				opts = append(opts, sdk.WithDependents())
+			}
+			t, err := c.RedriveWithReason(ctx, args[0], reason, opts...)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
 			return nil
 		}),
-	})
+	}
+	f := cmd.Flags()
+	f.BoolVar(&withDependents, "with-dependents", false, "re-open, under the same ids, the dependents its failure cancelled (and theirs)")
+	f.StringVar(&reason, "reason", "", "reason recorded in the task's history")
+	f.StringVar(&by, "by", os.Getenv("USER"), "who asks, recorded in the histories the re-drive writes")
 	return cmd
 }
 
