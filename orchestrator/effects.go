@@ -311,6 +311,7 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 			now := o.now()
 			next.FinishedAt = &now
 			reason = fmt.Sprintf("upstream %s is %s", decider, deciderState)
+			next.CancelledBy = decider
 			if decider == "" {
 				reason = "trigger rule any_failed: no upstream failed"
 			}
@@ -519,6 +520,13 @@ const dependentsStep = 256
 // it arms t's cascade timer, whose message continues after the last one
 // done. Each step is idempotent, so a crash mid-way repeats a step at most.
 func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, rev uint64, after string, each func(context.Context, task.Task, string) error) error {
+	return o.forDependentsFrom(ctx, t, timerFire{ID: t.ID, After: after, Revision: rev}, each)
+}
+
+// forDependentsFrom is forDependents continuing from, and handing on, a
+// cascade timer's message from (its After, and what else it carries).
+func (o *Orchestrator) forDependentsFrom(ctx context.Context, t task.Task, from timerFire, each func(context.Context, task.Task, string) error) error {
+	after := from.After
 	ids, err := o.dependentsOf(ctx, t)
 	if err != nil {
 		return fmt.Errorf("dependents of %s: %w", t.ID, err)
@@ -537,7 +545,9 @@ func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, rev uint6
 		}
 	}
 	if end < len(ids) {
-		return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: t.ID, At: o.now(), After: ids[end-1], Revision: rev})
+		next := from
+		next.ID, next.At, next.After = t.ID, o.now(), ids[end-1]
+		return o.armTimer(ctx, subject.TimerCascade, next)
 	}
 	return nil
 }
@@ -560,6 +570,9 @@ func (o *Orchestrator) fireCascade(ctx context.Context, f timerFire) error {
 	}
 	if rev < f.Revision {
 		return fmt.Errorf("cascade of %s: read revision %d, older than its end at %d (a stale read); trying again", f.ID, rev, f.Revision)
+	}
+	if f.Reopen != "" {
+		return o.reopenDependents(ctx, t, f)
 	}
 	switch t.State {
 	case task.Succeeded:
@@ -645,6 +658,7 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 			return o.upstreamEnded(ctx, up, child, rev)
 		}
 		next := o.finished(child, task.Cancelled)
+		next.CancelledBy = up.ID
 		_, err = o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
 		if err == nil {
 			// Its effects, from its own message.

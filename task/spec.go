@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults applied to a spec's absent fields.
@@ -32,6 +33,11 @@ const (
 	DefaultMaxPayload = 256 << 10
 	// DefaultMaxDispatches applies when a dispatch timeout is set.
 	DefaultMaxDispatches = 3
+	// MaxUniqueKeyLen bounds unique_key, in bytes.
+	MaxUniqueKeyLen = 256
+	// MinUniqueWindow and MaxUniqueWindow bound unique_window.
+	MinUniqueWindow = time.Second
+	MaxUniqueWindow = 366 * 24 * time.Hour
 )
 
 // Spec is what a producer submits on task.submit.<type>. JSON field names are
@@ -94,6 +100,16 @@ type Spec struct {
 	// TriggerAllEnded or TriggerAnyFailed. Only with DependsOn.
 	TriggerRule TriggerRule `json:"trigger_rule,omitempty"`
 
+	// UniqueKey makes the task unique among the tasks of its type
+	// submitted with the same key within UniqueWindow of the first one: a
+	// later one is created cancelled as a duplicate of the first
+	// (Task.DuplicateOf names it) and never runs. At most MaxUniqueKeyLen
+	// bytes; empty: not unique.
+	UniqueKey string `json:"unique_key,omitempty"`
+	// UniqueWindow is how long a UniqueKey holds from its first task's
+	// acceptance, 1s … MaxUniqueWindow. Required with UniqueKey.
+	UniqueWindow Duration `json:"unique_window,omitempty"`
+
 	// Shardable runs the type's planner as the task's first step; the
 	// shards it returns run as child tasks and an optional aggregator runs
 	// over their outcomes (see executor.HandleShards).
@@ -151,6 +167,9 @@ type wireSpec struct {
 	MinShardSuccess   float64 `json:"min_shard_success"`
 
 	TriggerRule TriggerRule `json:"trigger_rule"`
+
+	UniqueKey    string   `json:"unique_key"`
+	UniqueWindow Duration `json:"unique_window"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -184,7 +203,7 @@ func (w wireSpec) spec() Spec {
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
 		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess,
-		TriggerRule: w.TriggerRule}
+		TriggerRule: w.TriggerRule, UniqueKey: w.UniqueKey, UniqueWindow: w.UniqueWindow}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -340,6 +359,9 @@ func (s *Spec) Validate(maxPayload int) error {
 	if err := s.validateSharding(); err != nil {
 		return err
 	}
+	if err := s.validateUnique(); err != nil {
+		return err
+	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
 		return &ValidationError{"payload", "is not valid JSON"}
 	}
@@ -418,6 +440,24 @@ func (s *Spec) validateSharding() error {
 		return &ValidationError{"max_parallel_shards", fmt.Sprintf("%d is out of range 0..%d", s.MaxParallelShards, MaxShards)}
 	case !(s.MinShardSuccess >= 0 && s.MinShardSuccess <= 1):
 		return &ValidationError{"min_shard_success", fmt.Sprintf("%v is not a fraction in 0..1", s.MinShardSuccess)}
+	}
+	return nil
+}
+
+func (s *Spec) validateUnique() error {
+	switch {
+	case s.UniqueKey == "" && s.UniqueWindow != 0:
+		return &ValidationError{"unique_window", "is only for tasks with a unique_key"}
+	case s.UniqueKey == "":
+		return nil
+	case len(s.UniqueKey) > MaxUniqueKeyLen:
+		return &ValidationError{"unique_key", fmt.Sprintf("%d bytes exceed the limit of %d", len(s.UniqueKey), MaxUniqueKeyLen)}
+	case !utf8.ValidString(s.UniqueKey):
+		return &ValidationError{"unique_key", "is not valid UTF-8"}
+	case s.UniqueWindow == 0:
+		return &ValidationError{"unique_window", "is required with unique_key"}
+	case s.UniqueWindow.Std() < MinUniqueWindow || s.UniqueWindow.Std() > MaxUniqueWindow:
+		return &ValidationError{"unique_window", fmt.Sprintf("%s is out of range %s..%s", s.UniqueWindow.Std(), MinUniqueWindow, MaxUniqueWindow)}
 	}
 	return nil
 }

@@ -76,6 +76,8 @@ func submitCmd(g *globals) *cobra.Command {
 	f.IntVar(spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
 	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first (or end: see --trigger-rule)")
+	f.StringVar(&spec.UniqueKey, "unique-key", "", "one task of this type per key within --unique-window (a later one is recorded as a duplicate)")
+	f.DurationVar((*time.Duration)(&spec.UniqueWindow), "unique-window", 0, "with --unique-key: how long the key holds (e.g. 1h)")
 	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
@@ -215,6 +217,10 @@ func printTask(g *globals, t *task.Task) {
 		row("Parked", "waits for a free slot under its parent's max_parallel_shards")
 	}
 	row("Depends on", strings.Join(t.DependsOn, ", "))
+	if t.UniqueKey != "" {
+		row("Unique key", fmt.Sprintf("%q for %s", t.UniqueKey, t.UniqueWindow.Std()))
+	}
+	row("Duplicate of", t.DuplicateOf)
 	if t.TriggerRule != "" {
 		row("Trigger rule", string(t.TriggerRule))
 	}
@@ -330,19 +336,35 @@ func dlqCmd(g *globals) *cobra.Command {
 			return w.Flush()
 		}),
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(redriveCmd(g))
+	return cmd
+}
+
+// redriveCmd is `ax dlq redrive` (also `ax redrive`).
+func redriveCmd(g *globals) *cobra.Command {
+	var withDependents bool
+	var reason, by string
+	cmd := &cobra.Command{
 		Use:   "redrive ID",
-		Short: "Start a fresh attempt series for a dead-lettered task",
+		Short: "Start a fresh attempt series for a dead-lettered task (--with-dependents re-opens what its failure cancelled)",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
-			t, err := c.Redrive(ctx, args[0])
+			opts := []sdk.RedriveOption{sdk.By(by)}
+			if withDependents {
+				opts = append(opts, sdk.WithDependents())
+			}
+			t, err := c.RedriveWithReason(ctx, args[0], reason, opts...)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
 			return nil
 		}),
-	})
+	}
+	f := cmd.Flags()
+	f.BoolVar(&withDependents, "with-dependents", false, "re-open, under the same ids, the dependents its failure cancelled (and theirs)")
+	f.StringVar(&reason, "reason", "", "reason recorded in the task's history")
+	f.StringVar(&by, "by", os.Getenv("USER"), "who asks, recorded in the histories the re-drive writes")
 	return cmd
 }
 

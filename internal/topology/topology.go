@@ -175,6 +175,16 @@ func Streams(o Options) []jetstream.StreamConfig {
 			AllowMsgTTL:       true,
 		},
 		{
+			Name:              subject.StreamUnique,
+			Description:       "AX unique keys: the task holding each unique_key of a type, until its unique_window ends (per-message TTL)",
+			Subjects:          []string{subject.UniqueAll},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          r,
+			MaxMsgsPerSubject: 1,
+			AllowMsgTTL:       true,
+		},
+		{
 			Name:        subject.StreamPoison,
 			Description: "AX messages an orchestrator could not apply after their delivery limit, kept for re-drive (ax poison)",
 			Subjects:    []string{subject.PoisonAll},
