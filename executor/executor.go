@@ -42,6 +42,9 @@ type Executor struct {
 	handlers   map[string]Handler
 
 	load *load
+	// reporting holds a slot per attempt whose handler returned and whose
+	// outcome is being reported and acknowledged (see execute).
+	reporting chan struct{}
 
 	// startMu serialises Starts; mu guards the fields below it and is
 	// never held while waiting on NATS, so Stop is never held up by Start.
@@ -102,10 +105,11 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 	}
 	return &Executor{
 		cfg: cfg, nc: nc, js: js,
-		log:      cfg.Logger.With("executor", cfg.ID),
-		metrics:  cfg.Metrics,
-		handlers: make(map[string]Handler),
-		load:     newLoad(cfg.Capacity),
+		log:       cfg.Logger.With("executor", cfg.ID),
+		metrics:   cfg.Metrics,
+		handlers:  make(map[string]Handler),
+		load:      newLoad(cfg.Capacity),
+		reporting: make(chan struct{}, reportSlots(cfg.Capacity)),
 	}, nil
 }
 
@@ -335,6 +339,14 @@ func flushTimeout(ctx context.Context) time.Duration {
 		d = min(d, time.Until(dl))
 	}
 	return max(d, 100*time.Millisecond)
+}
+
+// reportSlots bounds the attempts whose handler returned and whose outcome
+// is still being reported: four per unit of capacity, at least 64. When
+// reports cannot be stored (JetStream unavailable), the executor stops
+// taking work once they are all held.
+func reportSlots(capacity float64) int {
+	return max(64, int(math.Ceil(4*capacity)))
 }
 
 // load tracks the summed estimated cost of running tasks against capacity.

@@ -58,13 +58,25 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 	s.runs.Add(1)
 	go func() {
 		defer s.runs.Done()
-		defer e.metrics.InFlightCostChanged(-cost)
-		defer e.load.release(cost)
-		e.execute(s, msg, d)
+		var once sync.Once
+		free := func() {
+			once.Do(func() {
+				e.load.release(cost)
+				e.metrics.InFlightCostChanged(-cost)
+			})
+		}
+		defer free()
+		e.execute(s, msg, d, free)
 	}()
 }
 
-func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch) {
+// execute claims a dispatch, runs its handler and reports the outcome. Its
+// cost counts against capacity until the handler returns (free); the report
+// and the acknowledgement that follow hold one of the executor's report
+// slots instead, so a handler's slot goes to the next task while its
+// predecessor's outcome is being stored, and the reports in flight are
+// bounded all the same.
+func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free func()) {
 	ctx := context.Background()
 	log := e.log.With("task_id", d.ID, "execution_id", d.ExecutionID, "attempt", d.Attempt)
 	delivered := uint64(1)
@@ -131,6 +143,9 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch) {
 	finished := e.cfg.Now().UTC()
 	// The lease is held until the report is published and acknowledged.
 	defer stopBeat()
+	e.reporting <- struct{}{}
+	defer func() { <-e.reporting }()
+	free()
 
 	switch {
 	case ex.abandoned.Load():
