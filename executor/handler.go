@@ -39,6 +39,12 @@ type Job struct {
 	// dispatch's header, else its record), "" when it has none: an
 	// AttemptHook continues the trace from it.
 	TraceParent string
+	// DependsOn lists the task's upstreams (its spec's depends_on). Read
+	// how they ended, and their results, with Inputs, Input and
+	// UpstreamResult: nothing is read until the handler asks.
+	DependsOn []string
+
+	inputs *jobInputs // nil for a Job not made by an executor
 }
 
 // Handler runs jobs of one task type. The context carries the task's

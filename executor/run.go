@@ -238,6 +238,7 @@ func (e *Executor) call(ctx context.Context, t task.Task, traceParent string) (r
 	if t.Shardable && job.Phase == "" {
 		job.Phase = task.PhasePlan
 	}
+	e.bindInputs(job, t)
 	err = e.hooked(ctx, job, func(ctx context.Context) error {
 		if t.Shardable {
 			result, plan, err = e.callSharded(ctx, h, t, job)

@@ -315,3 +315,64 @@ func TestOversizedReportFailsClearly(t *testing.T) {
 		t.Fatalf("big-result: %s %q %d-byte result, %v", got.State, got.Reason, len(got.Result), err)
 	}
 }
+
+// TestQueuesAreTrimmed: the queue streams (submissions, dispatches,
+// reports) are trimmed to what is still to be handled, without a delete per
+// acknowledgement; and a level nobody consumes keeps its dispatches.
+func TestQueuesAreTrimmed(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 3*time.Minute)
+	js, _ := jetstream.New(c.Conn())
+	for _, name := range []string{subject.StreamSubmit, subject.StreamReady, subject.StreamCompleted} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.Retention; got != jetstream.LimitsPolicy {
+			t.Fatalf("%s retention %v, want limits (trimmed by consumer position)", name, got)
+		}
+	}
+	const n = 300
+	specs := make([]task.Spec, n)
+	for i := range specs {
+		specs[i] = newSpec(fmt.Sprintf("q-%d", i), "ok")
+	}
+	stuck := newSpec("q-nobody", "ok")
+	stuck.Capability = "nobody"
+	specs = append(specs, stuck)
+	if _, err := c.SubmitMany(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if got, err := c.Wait(ctx, fmt.Sprintf("q-%d", i)); err != nil || got.State != task.Succeeded {
+			t.Fatalf("q-%d: %v %v", i, got, err)
+		}
+	}
+	stored := func(name string) map[string]uint64 {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Subjects
+	}
+	nobody := subject.Ready("nobody", task.DefaultPriority)
+	testenv.Eventually(t, time.Minute, "the queues trimmed to what is left to handle", func() bool {
+		ready := stored(subject.StreamReady)
+		return len(stored(subject.StreamSubmit)) == 0 && len(stored(subject.StreamCompleted)) == 0 &&
+			len(ready) == 1 && ready[nobody] == 1
+	})
+	got, err := c.Get(ctx, "q-nobody")
+	if err != nil || got.State != task.Ready {
+		t.Fatalf("q-nobody: %v %v", got, err)
+	}
+}

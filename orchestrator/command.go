@@ -42,7 +42,7 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	case kind == subject.CommandCancel:
 		t, err = o.cancel(ctx, id, req.Reason)
 	case kind == subject.CommandRedrive:
-		t, err = o.redrive(ctx, id, req.Reason)
+		t, err = o.redrive(ctx, id, req)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errCommand, kind)
 	}
@@ -95,10 +95,19 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason string) (task.Task
 }
 
 // redrive starts a fresh attempt series for a failed task and removes its
-// dead-letter entry. Dependents cancelled by the failure stay cancelled.
-func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Task, error) {
+// dead-letter entry. Dependents cancelled by the failure stay cancelled
+// unless req.WithDependents, which re-opens them (see reopen.go); a task
+// re-driven before without them may be asked again with them.
+func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandRequest) (task.Task, error) {
+	reason := req.Reason
 	if reason == "" {
 		reason = "re-driven from the dead-letter queue"
+	}
+	if req.WithDependents {
+		reason += " with its dependents"
+	}
+	if req.By != "" {
+		reason += " (by " + req.By + ")"
 	}
 	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
 		if t.State == task.Ready && t.Redrives > 0 {
@@ -112,6 +121,9 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 			// Whatever its state: a shard's own end (failed, or cancelled
 			// by a sibling's failure) is its parent's to re-plan.
 			return nil, "", fmt.Errorf("%w: task %s is a shard of %s; shards run again only with their parent", errCommand, id, t.Parent)
+		case req.WithDependents && t.Redrives > 0 && t.State != task.Failed:
+			// Re-driven already (or this is a replay): re-open only.
+			return nil, "", nil
 		case t.State != task.Failed:
 			return nil, "", fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
 		case t.Phase == task.PhaseShards:
@@ -129,6 +141,11 @@ func (o *Orchestrator) redrive(ctx context.Context, id, reason string) (task.Tas
 	}
 	if err != nil {
 		return t, err
+	}
+	if req.WithDependents {
+		if err := o.reopenDependents(ctx, t, timerFire{ID: t.ID, Reopen: redriveOrigin(id, req)}); err != nil {
+			return t, err
+		}
 	}
 	dlq, err := o.js.Stream(ctx, subject.StreamDLQ)
 	if err == nil {

@@ -119,18 +119,18 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 	case task.Retrying:
 		return o.armRetry(ctx, t)
 	case task.Succeeded:
-		return o.releaseDependents(ctx, t)
+		return o.releaseDependents(ctx, t, rev)
 	case task.Failed:
 		if err := o.deadLetter(ctx, t); err != nil {
 			return err
 		}
-		return o.cancelDependents(ctx, t)
+		return o.cancelDependents(ctx, t, rev)
 	case task.Cancelled, task.Expired:
 		// Tell a handler that may still run it; nobody listening is fine.
 		if err := o.nc.Publish(subject.CancelSignal(t.ID), nil); err != nil {
 			return fmt.Errorf("signal cancel of %s: %w", t.ID, err)
 		}
-		return o.cancelDependents(ctx, t)
+		return o.cancelDependents(ctx, t, rev)
 	}
 	return nil
 }
@@ -236,18 +236,34 @@ func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
 	return t
 }
 
-// resolveWaiting decides a waiting task: cancel it if an upstream did not
-// succeed, release it when all did, leave it otherwise. With register, it
-// first records itself as a dependent of each upstream: that write and the
-// upstream's own completion are compare-and-sets on the same subject, so
-// one of them always sees the other and the task is never forgotten.
+// resolveWaiting decides a waiting task by its trigger rule: cancel it or
+// release it when its upstreams' states decide it, leave it otherwise (see
+// task.TriggerRule). With register, it first records itself as a dependent
+// of each upstream: that write and the upstream's own completion are
+// compare-and-sets on the same subject, so one of them always sees the
+// other and the task is never forgotten.
 func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint64, register bool) error {
+	return o.resolveWaitingAfter(ctx, t, rev, register, "")
+}
+
+// resolveWaitingAfter is resolveWaiting reading the upstream first first:
+// the one whose end asks for it, so an end that decides the task alone
+// (an any_failed task's failed upstream) is not hidden behind an upstream
+// still running, at which a release check stops.
+func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev uint64, register bool, first string) error {
+	rule := t.Trigger()
+	deps := t.DependsOn
+	if first != "" && len(deps) > 1 && deps[0] != first && slices.Contains(deps, first) {
+		deps = append([]string{first}, slices.DeleteFunc(slices.Clone(deps), func(d string) bool { return d == first })...)
+	}
 	for range maxCASRetries {
-		allSucceeded := true
-		var blocker string
-		var blockerState task.State
-		var succeeded, missing []string
-		for _, dep := range t.DependsOn {
+		allCounted := true
+		var decider string
+		var deciderState task.State
+		verdict := task.VerdictWait
+		var counted []task.MemberOutcome
+		var missing []string
+		for _, dep := range deps {
 			var st task.State
 			var err error
 			if register {
@@ -260,55 +276,59 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 			if register && errors.Is(err, store.ErrNotFound) {
 				// Its submission may still be in flight: wait for it.
 				missing = append(missing, dep)
-				allSucceeded = false
+				allCounted = false
 				continue
 			}
 			if err != nil {
 				return fmt.Errorf("resolve %s: upstream %s: %w", t.ID, dep, err)
 			}
-			switch st {
-			case task.Succeeded:
-				succeeded = append(succeeded, dep)
-			case task.Failed, task.Cancelled, task.Expired:
-				blocker, blockerState = dep, st
+			switch v := rule.Upstream(st); v {
+			case task.VerdictCount:
+				counted = append(counted, task.MemberOutcome{ID: dep, State: st})
+			case task.VerdictRun, task.VerdictCancel:
+				decider, deciderState, verdict = dep, st, v
 			default:
-				allSucceeded = false
+				allCounted = false
 			}
 			// Registering must visit every upstream; a release check can
-			// stop at the first that has not succeeded (a failed one
-			// cancels its dependents itself).
-			if blocker != "" || (!allSucceeded && !register) {
+			// stop at the first that has not ended (its own end asks
+			// again).
+			if decider != "" || (!allCounted && !register) {
 				break
 			}
+		}
+		if decider == "" && allCounted {
+			verdict = rule.AllCounted()
 		}
 		var next task.Task
 		var reason string
 		switch {
-		case blocker == "" && len(missing) > 0:
+		case decider == "" && len(missing) > 0:
 			return o.waitForMissing(ctx, t, rev, missing)
-		case blocker != "":
+		case verdict == task.VerdictCancel:
 			next = t
 			next.State = task.Cancelled
 			now := o.now()
 			next.FinishedAt = &now
-			reason = fmt.Sprintf("upstream %s is %s", blocker, blockerState)
-		case allSucceeded && t.StartAt != nil && t.StartAt.After(o.now()):
+			reason = fmt.Sprintf("upstream %s is %s", decider, deciderState)
+			next.CancelledBy = decider
+			if decider == "" {
+				reason = "trigger rule any_failed: no upstream failed"
+			}
+		case verdict == task.VerdictRun && t.StartAt != nil && t.StartAt.After(o.now()):
 			return nil // its start timer releases it
-		case allSucceeded:
+		case verdict == task.VerdictRun:
 			if ok, why := o.gate.check(o.now(), t.Type, false); !ok {
 				if held, err := o.hold(ctx, t, rev, why, false); held || err != nil {
 					return err
 				}
 			}
 			next = o.readyNext(t, 1)
-			reason = "dependencies succeeded"
-			if len(t.DependsOn) == 0 {
-				reason = "start time reached"
-			}
+			reason = releaseReason(t, decider, deciderState)
 		case register && len(t.DependsOn) > task.WideFanIn:
-			// A wide fan-in counts its succeeded upstreams with markers;
-			// those that succeeded before it registered are marked here.
-			all, err := o.countUpstreams(ctx, t, succeeded...)
+			// A wide fan-in counts its ended upstreams with markers;
+			// those that ended before it registered are marked here.
+			all, err := o.countUpstreams(ctx, t, counted...)
 			if err != nil || !all {
 				return err
 			}
@@ -337,6 +357,20 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 		register = false
 	}
 	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
+}
+
+// releaseReason says why a waiting task is released under its trigger
+// rule; decider is the upstream whose end released it alone, if one did.
+func releaseReason(t task.Task, decider string, deciderState task.State) string {
+	switch {
+	case len(t.DependsOn) == 0:
+		return "start time reached"
+	case decider != "":
+		return fmt.Sprintf("upstream %s is %s (trigger rule %s)", decider, deciderState, t.Trigger())
+	case t.Trigger() == task.TriggerAllEnded:
+		return "dependencies ended (trigger rule all_ended)"
+	}
+	return "dependencies succeeded"
 }
 
 // waitForMissing handles a waiting task whose upstreams in missing do not
@@ -398,13 +432,13 @@ func (o *Orchestrator) transitionFrom(ctx context.Context, t task.Task, rev uint
 	return t, fmt.Errorf("change task %s: too many concurrent changes", t.ID)
 }
 
-// countUpstreams marks upstreams of a wide fan-in waiter as succeeded and
-// reports whether all its upstreams may now be counted (a hint the caller
-// confirms by reading them: see package fanin).
-func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, upstreams ...string) (all bool, err error) {
+// countUpstreams marks how upstreams of a wide fan-in waiter ended (those
+// its trigger rule counts) and reports whether all its upstreams may now be
+// counted (a hint the caller confirms by reading them: see package fanin).
+func (o *Orchestrator) countUpstreams(ctx context.Context, waiter task.Task, upstreams ...task.MemberOutcome) (all bool, err error) {
 	n := 0
 	for _, up := range upstreams {
-		if n, err = o.fanin.Mark(ctx, waiter.ID, up, task.MemberOutcome{ID: up, State: task.Succeeded}); err != nil {
+		if n, err = o.fanin.Mark(ctx, waiter.ID, up.ID, up); err != nil {
 			return false, err
 		}
 	}
@@ -473,8 +507,8 @@ func (o *Orchestrator) dependentsOf(ctx context.Context, t task.Task) ([]string,
 }
 
 // releaseDependents re-evaluates the waiting dependents of a succeeded task.
-func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task) error {
-	return o.forDependents(ctx, t, "", o.releaseDependent)
+func (o *Orchestrator) releaseDependents(ctx context.Context, t task.Task, rev uint64) error {
+	return o.forDependents(ctx, t, rev, "", o.releaseDependent)
 }
 
 // dependentsStep bounds the dependents one message's handler moves: a task
@@ -485,7 +519,14 @@ const dependentsStep = 256
 // them when after is ""), at most dependentsStep of them; when more remain,
 // it arms t's cascade timer, whose message continues after the last one
 // done. Each step is idempotent, so a crash mid-way repeats a step at most.
-func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after string, each func(context.Context, task.Task, string) error) error {
+func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, rev uint64, after string, each func(context.Context, task.Task, string) error) error {
+	return o.forDependentsFrom(ctx, t, timerFire{ID: t.ID, After: after, Revision: rev}, each)
+}
+
+// forDependentsFrom is forDependents continuing from, and handing on, a
+// cascade timer's message from (its After, and what else it carries).
+func (o *Orchestrator) forDependentsFrom(ctx context.Context, t task.Task, from timerFire, each func(context.Context, task.Task, string) error) error {
+	after := from.After
 	ids, err := o.dependentsOf(ctx, t)
 	if err != nil {
 		return fmt.Errorf("dependents of %s: %w", t.ID, err)
@@ -504,30 +545,52 @@ func (o *Orchestrator) forDependents(ctx context.Context, t task.Task, after str
 		}
 	}
 	if end < len(ids) {
-		return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: t.ID, At: o.now(), After: ids[end-1]})
+		next := from
+		next.ID, next.At, next.After = t.ID, o.now(), ids[end-1]
+		return o.armTimer(ctx, subject.TimerCascade, next)
 	}
 	return nil
 }
 
 // fireCascade continues an ended task's release or cancellation of its
 // dependents.
+//
+// The cascade was armed from the ended record at f.Revision: a read that is
+// older (or finds nothing) came from a stream leader that is behind (one
+// cut off by a partition), and dropping the continuation on it would leave
+// dependents waiting; it is tried again instead. A record past f.Revision
+// that is not ended was re-driven since: its new end cascades again.
 func (o *Orchestrator) fireCascade(ctx context.Context, f timerFire) error {
-	t, _, err := o.store.Get(ctx, f.ID)
+	t, rev, err := o.store.Get(ctx, f.ID)
+	if errors.Is(err, store.ErrNotFound) && f.Revision > 0 {
+		return fmt.Errorf("cascade of %s: not found, though it ended at revision %d (a stale read); trying again", f.ID, f.Revision)
+	}
 	if err != nil {
 		return ignoreNotFound(err)
 	}
+	if rev < f.Revision {
+		return fmt.Errorf("cascade of %s: read revision %d, older than its end at %d (a stale read); trying again", f.ID, rev, f.Revision)
+	}
+	if f.Reopen != "" {
+		return o.reopenDependents(ctx, t, f)
+	}
 	switch t.State {
 	case task.Succeeded:
-		return o.forDependents(ctx, t, f.After, o.releaseDependent)
+		return o.forDependents(ctx, t, rev, f.After, o.releaseDependent)
 	case task.Failed, task.Cancelled, task.Expired:
-		return o.forDependents(ctx, t, f.After, o.cancelDependent)
+		return o.forDependents(ctx, t, rev, f.After, o.cancelDependent)
 	}
 	return nil // re-driven since: its new end cascades again
 }
 
-// releaseDependent re-evaluates one waiting dependent of a succeeded task.
+// releaseDependent re-evaluates one waiting dependent of an ended task
+// (any dependent of a succeeded one; one whose trigger rule is not
+// all_succeeded of one that did not succeed).
 func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id string) error {
 	child, rev, err := o.store.Get(ctx, id)
+	if err == nil {
+		return o.upstreamEnded(ctx, t, child, rev)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		// Listed by its graph but not created yet (the graph's creation
 		// was interrupted): its creation resolves it against this task.
@@ -536,11 +599,18 @@ func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id str
 	if err != nil {
 		return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
 	}
+	return nil
+}
+
+// upstreamEnded re-evaluates child, read at rev, after its upstream t ended.
+func (o *Orchestrator) upstreamEnded(ctx context.Context, t, child task.Task, rev uint64) error {
+	id := child.ID
 	switch child.State {
 	case task.Waiting:
-		if len(child.DependsOn) > task.WideFanIn {
+		v := child.Trigger().Upstream(t.State)
+		if v == task.VerdictCount && len(child.DependsOn) > task.WideFanIn {
 			// Count instead of re-reading every upstream each time.
-			all, err := o.countUpstreams(ctx, child, t.ID)
+			all, err := o.countUpstreams(ctx, child, task.MemberOutcome{ID: t.ID, State: t.State})
 			if err != nil {
 				return fmt.Errorf("release dependent %s of %s: %w", id, t.ID, err)
 			}
@@ -548,7 +618,7 @@ func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id str
 				return nil
 			}
 		}
-		return o.resolveWaiting(ctx, child, rev, false)
+		return o.resolveWaitingAfter(ctx, child, rev, false, t.ID)
 	case task.Ready:
 		// Released earlier; its dispatch may not have been published.
 		return o.dispatch(ctx, child, rev)
@@ -563,8 +633,8 @@ func (o *Orchestrator) releaseDependent(ctx context.Context, t task.Task, id str
 // whole cascade costs O(edges): a dependent already ended is not walked
 // through again (its own effects were, or will be, ensured by its own
 // message or its watch).
-func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task) error {
-	return o.forDependents(ctx, t, "", o.cancelDependent)
+func (o *Orchestrator) cancelDependents(ctx context.Context, t task.Task, rev uint64) error {
+	return o.forDependents(ctx, t, rev, "", o.cancelDependent)
 }
 
 func (o *Orchestrator) cancelDependent(ctx context.Context, up task.Task, id string) error {
@@ -583,7 +653,12 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 		if child.State.Terminal() {
 			return nil
 		}
+		if child.Trigger() != task.TriggerAllSucceeded {
+			// Its rule lets it run after an upstream that did not succeed.
+			return o.upstreamEnded(ctx, up, child, rev)
+		}
 		next := o.finished(child, task.Cancelled)
+		next.CancelledBy = up.ID
 		_, err = o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
 		if err == nil {
 			// Its effects, from its own message.

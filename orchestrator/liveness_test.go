@@ -640,3 +640,53 @@ func TestRetentionKeepsUnfinishedTasks(t *testing.T) {
 		t.Fatalf("history of the delayed task %v lost its beginning", h)
 	}
 }
+
+// TestCascadeRetriesAStaleRead: a cascade continuation that reads its task
+// at a revision older than the end it continues (what a stream leader cut
+// off by a partition answers) is tried again — here until its delivery
+// limit keeps it as poison — instead of being dropped as "re-driven since";
+// one that reads the end itself goes on and is acknowledged.
+func TestCascadeRetriesAStaleRead(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{MaxDeliveries: 3})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	if _, err := c.Submit(ctx, newSpec("casc-up", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "casc-up"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("casc-up: %v %v", got, err)
+	}
+	js, _ := jetstream.New(c.Conn())
+	fire := func(rev uint64) {
+		body := fmt.Sprintf(`{"id":"casc-up","kind":"cascade","at":%q,"revision":%d}`, time.Now().UTC().Format(time.RFC3339Nano), rev)
+		if _, err := js.Publish(ctx, subject.Fire(subject.TimerCascade, "casc-up"), []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poison, err := js.Stream(ctx, subject.StreamPoison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := func() uint64 {
+		info, err := poison.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	fire(1) // the end is at a later revision: a current read
+	fire(1 << 40)
+	testenv.Eventually(t, time.Minute, "the stale continuation kept after its delivery limit", func() bool { return kept() == 1 })
+	msg, err := poison.GetLastMsgForSubject(ctx, "ax.poison.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(msg.Data), `"revision":1099511627776`) || !strings.Contains(msg.Header.Get(subject.HeaderPoisonReason), "stale read") {
+		t.Fatalf("kept %s (%s), want the stale continuation", msg.Data, msg.Header.Get(subject.HeaderPoisonReason))
+	}
+}

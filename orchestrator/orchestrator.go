@@ -20,6 +20,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/internal/tracing"
+	"github.com/ax-run/ax/internal/unique"
 	"github.com/ax-run/ax/internal/window"
 )
 
@@ -37,6 +38,8 @@ type Orchestrator struct {
 	fanin *fanin.Markers
 	// edges holds the dependency edges (who depends on whom).
 	edges *edges.Edges
+	// unique holds the tasks' unique keys.
+	unique *unique.Keys
 	// objects holds shard plans and large results.
 	objects jetstream.ObjectStore
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
@@ -116,6 +119,8 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	o.bg.Add(1)
 	go o.breakerLoop(runCtx)
+	o.bg.Add(1)
+	go o.trimLoop(runCtx)
 	// The sweep batcher outlives the consume loops: handlers finishing the
 	// messages in hand at Stop still dispatch.
 	sweepCtx, stopSweeps := context.WithCancel(context.Background())
@@ -238,6 +243,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		return err
 	}
 	if o.edges, err = edges.New(ctx, o.js); err != nil {
+		return err
+	}
+	if o.unique, err = unique.New(ctx, o.js); err != nil {
 		return err
 	}
 	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {

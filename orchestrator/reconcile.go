@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -184,9 +185,13 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 	return l.ExecutionID == t.ExecutionID, nil
 }
 
-// dispatchPresent reports whether the ready stream holds any message on t's
-// capability and priority: a stream-leader count, so no dispatch means
-// none was stored (or all were taken).
+// dispatchPresent reports whether any dispatch on t's capability and
+// priority is still to be delivered or acknowledged: the level's consumer's
+// count, or, while nobody consumes the level, the stream leader's count of
+// what is stored on it. No dispatch means none was stored (or all were
+// taken). A stale answer either way is safe: "present" only delays the next
+// look, and a second dispatch gets a new execution id, which the first
+// dispatch's claim then loses to.
 //
 // A level found holding dispatches is remembered for a few seconds: a
 // backlog of tasks nobody takes (a capability without executors) is looked
@@ -197,11 +202,13 @@ func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task) (bool, 
 	if o.levels.recent(subj, o.now()) {
 		return true, nil
 	}
-	info, err := o.ready.Info(ctx, jetstream.WithSubjectFilter(subj))
+	// Acknowledged dispatches stay stored until the next trim: count what
+	// the level's consumer has still to deliver or see acknowledged.
+	n, err := queue.Pending(ctx, o.ready, subject.ReadyConsumer(t.Capability, t.PriorityLevel()), subj)
 	if err != nil {
 		return false, fmt.Errorf("count dispatches of %s: %w", subj, err)
 	}
-	present := info.State.Subjects[subj] > 0
+	present := n > 0
 	if present {
 		o.levels.saw(subj, o.now())
 	}

@@ -177,9 +177,31 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []
 		at := now.Add(spec.TTL.Std())
 		t.ExpiresAt = &at
 	}
+	var holder string
+	var heldUntil time.Time
+	if spec.UniqueKey != "" {
+		var exists bool
+		var err error
+		if holder, heldUntil, exists, err = o.claimUnique(ctx, spec, now); err != nil {
+			return err
+		}
+		if exists {
+			existing, rev, err := o.store.Get(ctx, spec.ID)
+			if err != nil {
+				return err
+			}
+			return o.duplicate(ctx, spec, existing, rev)
+		}
+	}
 	delayed := t.StartAt != nil && t.StartAt.After(now)
 	reason := "submitted"
 	switch {
+	case holder != "":
+		// Another task holds its unique key: recorded, never run.
+		t.State = task.Cancelled
+		t.FinishedAt = &now
+		t.DuplicateOf = holder
+		reason = duplicateReason(spec, holder, heldUntil)
 	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
 		t.State = task.Expired
 		t.FinishedAt = &now

@@ -29,6 +29,12 @@ type timerFire struct {
 	Cascade bool `json:"cascade,omitempty"`
 	// After is where a cascade continues: the last dependent done.
 	After string `json:"after,omitempty"`
+	// Revision is the revision of the ended record a cascade continues
+	// (0 in cascades armed by earlier versions).
+	Revision uint64 `json:"revision,omitempty"`
+	// Reopen marks a cascade that re-opens the dependents the task's
+	// failure cancelled: it says which re-drive asked (see reopen.go).
+	Reopen string `json:"reopen,omitempty"`
 	// Tasks are a sweep's dispatched tasks (ID is then the batch's id).
 	Tasks []sweepEntry `json:"tasks,omitempty"`
 }

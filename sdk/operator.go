@@ -26,8 +26,8 @@ const maxReruns = 1000
 
 // RedriveWithReason is Redrive with a reason recorded in the task's history,
 // e.g. who re-drove it.
-func (c *Client) RedriveWithReason(ctx context.Context, id, reason string) (*task.Task, error) {
-	return c.command(ctx, subject.CommandRedrive, id, reason)
+func (c *Client) RedriveWithReason(ctx context.Context, id, reason string, opts ...RedriveOption) (*task.Task, error) {
+	return c.command(ctx, subject.CommandRedrive, id, reason, opts...)
 }
 
 // Rerun forces a new execution of a finished task's spec: it submits the

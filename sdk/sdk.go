@@ -340,17 +340,41 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) (*task.Task, err
 }
 
 // Redrive starts a fresh attempt series for a failed (dead-lettered) task.
-func (c *Client) Redrive(ctx context.Context, id string) (*task.Task, error) {
-	return c.command(ctx, subject.CommandRedrive, id, "")
+// The dependents its failure cancelled stay cancelled unless WithDependents
+// is given.
+func (c *Client) Redrive(ctx context.Context, id string, opts ...RedriveOption) (*task.Task, error) {
+	return c.command(ctx, subject.CommandRedrive, id, "", opts...)
+}
+
+// RedriveOption changes a re-drive.
+type RedriveOption func(*task.CommandRequest)
+
+// WithDependents re-opens, under the same ids, the dependents the task's
+// failure cancelled, and theirs: each goes from cancelled back to waiting
+// and runs once its upstreams allow, so a fixed pipeline continues. Their
+// histories say which re-drive re-opened them and who asked (see By). On a
+// task re-driven before without it, it only re-opens.
+func WithDependents() RedriveOption {
+	return func(r *task.CommandRequest) { r.WithDependents = true }
+}
+
+// By names who asks for the re-drive (an operator); the histories it
+// writes record it.
+func By(who string) RedriveOption {
+	return func(r *task.CommandRequest) { r.By = who }
 }
 
 // command sends a durable command and waits for the orchestrator's reply.
 // If ctx ends first the command stays queued and is still carried out.
-func (c *Client) command(ctx context.Context, kind, id, reason string) (*task.Task, error) {
+func (c *Client) command(ctx context.Context, kind, id, reason string, opts ...RedriveOption) (*task.Task, error) {
 	if !task.ValidID(id) {
 		return nil, fmt.Errorf("%s: invalid task id %q", kind, id)
 	}
-	body, _ := json.Marshal(task.CommandRequest{Reason: reason})
+	req := task.CommandRequest{Reason: reason}
+	for _, o := range opts {
+		o(&req)
+	}
+	body, _ := json.Marshal(req)
 	rep, err := c.send(ctx, kind, id, body)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,13 @@ type Task struct {
 	// TraceParent is the W3C traceparent of the task's trace (its
 	// submission's span), so its dispatches and attempts join that trace.
 	TraceParent string `json:"trace_parent,omitempty"`
+	// CancelledBy is the upstream whose end cancelled the task (under the
+	// trigger rule all_succeeded); a re-drive of that upstream with its
+	// dependents re-opens the task.
+	CancelledBy string `json:"cancelled_by,omitempty"`
+	// DuplicateOf names the task that held the spec's unique_key when
+	// this one was submitted: this one was created cancelled and never ran.
+	DuplicateOf string `json:"duplicate_of,omitempty"`
 	// Snoozes counts the snoozes of the current attempt series (at most
 	// MaxSnoozes; a re-drive resets it).
 	Snoozes int `json:"snoozes,omitempty"`
@@ -276,6 +283,12 @@ type CommandRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// RetriesOnly, on a pause, holds retries but lets new tasks through.
 	RetriesOnly bool `json:"retries_only,omitempty"`
+	// WithDependents, on a re-drive, re-opens the dependents the task's
+	// failure cancelled (and theirs), under the same ids.
+	WithDependents bool `json:"with_dependents,omitempty"`
+	// By names who asked (an operator), recorded in the histories the
+	// command writes.
+	By string `json:"by,omitempty"`
 }
 
 // Pause is a pause switch in the control bucket (pause.all, pause.type.<type>).

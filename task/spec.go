@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults applied to a spec's absent fields.
@@ -32,6 +33,11 @@ const (
 	DefaultMaxPayload = 256 << 10
 	// DefaultMaxDispatches applies when a dispatch timeout is set.
 	DefaultMaxDispatches = 3
+	// MaxUniqueKeyLen bounds unique_key, in bytes.
+	MaxUniqueKeyLen = 256
+	// MinUniqueWindow and MaxUniqueWindow bound unique_window.
+	MinUniqueWindow = time.Second
+	MaxUniqueWindow = 366 * 24 * time.Hour
 )
 
 // Spec is what a producer submits on task.submit.<type>. JSON field names are
@@ -89,6 +95,20 @@ type Spec struct {
 	// flight) before it is cancelled naming the missing id. Zero: the
 	// orchestrator's default (10 minutes unless configured).
 	DependencyTimeout Duration `json:"dependency_timeout,omitempty"`
+	// TriggerRule says which outcomes of the upstreams in DependsOn let
+	// the task run: TriggerAllSucceeded (the default when empty),
+	// TriggerAllEnded or TriggerAnyFailed. Only with DependsOn.
+	TriggerRule TriggerRule `json:"trigger_rule,omitempty"`
+
+	// UniqueKey makes the task unique among the tasks of its type
+	// submitted with the same key within UniqueWindow of the first one: a
+	// later one is created cancelled as a duplicate of the first
+	// (Task.DuplicateOf names it) and never runs. At most MaxUniqueKeyLen
+	// bytes; empty: not unique.
+	UniqueKey string `json:"unique_key,omitempty"`
+	// UniqueWindow is how long a UniqueKey holds from its first task's
+	// acceptance, 1s … MaxUniqueWindow. Required with UniqueKey.
+	UniqueWindow Duration `json:"unique_window,omitempty"`
 
 	// Shardable runs the type's planner as the task's first step; the
 	// shards it returns run as child tasks and an optional aggregator runs
@@ -145,6 +165,11 @@ type wireSpec struct {
 	Shardable         bool    `json:"shardable"`
 	MaxParallelShards int     `json:"max_parallel_shards"`
 	MinShardSuccess   float64 `json:"min_shard_success"`
+
+	TriggerRule TriggerRule `json:"trigger_rule"`
+
+	UniqueKey    string   `json:"unique_key"`
+	UniqueWindow Duration `json:"unique_window"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -177,7 +202,8 @@ func (w wireSpec) spec() Spec {
 		DependsOn: w.DependsOn, MaxRetries: w.MaxRetries,
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
-		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess}
+		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess,
+		TriggerRule: w.TriggerRule, UniqueKey: w.UniqueKey, UniqueWindow: w.UniqueWindow}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -325,8 +351,15 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"dependency_timeout", "must not be negative"}
 	case s.MaxDispatches < 0 || s.MaxDispatches > 100:
 		return &ValidationError{"max_dispatches", fmt.Sprintf("%d is out of range 0..100", s.MaxDispatches)}
+	case !s.TriggerRule.Valid():
+		return &ValidationError{"trigger_rule", fmt.Sprintf("%q is not one of %v", s.TriggerRule, TriggerRules())}
+	case s.TriggerRule != "" && s.TriggerRule != TriggerAllSucceeded && len(s.DependsOn) == 0:
+		return &ValidationError{"trigger_rule", fmt.Sprintf("%s is only for tasks with depends_on", s.TriggerRule)}
 	}
 	if err := s.validateSharding(); err != nil {
+		return err
+	}
+	if err := s.validateUnique(); err != nil {
 		return err
 	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {
@@ -407,6 +440,24 @@ func (s *Spec) validateSharding() error {
 		return &ValidationError{"max_parallel_shards", fmt.Sprintf("%d is out of range 0..%d", s.MaxParallelShards, MaxShards)}
 	case !(s.MinShardSuccess >= 0 && s.MinShardSuccess <= 1):
 		return &ValidationError{"min_shard_success", fmt.Sprintf("%v is not a fraction in 0..1", s.MinShardSuccess)}
+	}
+	return nil
+}
+
+func (s *Spec) validateUnique() error {
+	switch {
+	case s.UniqueKey == "" && s.UniqueWindow != 0:
+		return &ValidationError{"unique_window", "is only for tasks with a unique_key"}
+	case s.UniqueKey == "":
+		return nil
+	case len(s.UniqueKey) > MaxUniqueKeyLen:
+		return &ValidationError{"unique_key", fmt.Sprintf("%d bytes exceed the limit of %d", len(s.UniqueKey), MaxUniqueKeyLen)}
+	case !utf8.ValidString(s.UniqueKey):
+		return &ValidationError{"unique_key", "is not valid UTF-8"}
+	case s.UniqueWindow == 0:
+		return &ValidationError{"unique_window", "is required with unique_key"}
+	case s.UniqueWindow.Std() < MinUniqueWindow || s.UniqueWindow.Std() > MaxUniqueWindow:
+		return &ValidationError{"unique_window", fmt.Sprintf("%s is out of range %s..%s", s.UniqueWindow.Std(), MinUniqueWindow, MaxUniqueWindow)}
 	}
 	return nil
 }

@@ -110,6 +110,12 @@ func TestBadSpecs(t *testing.T) {
 		{"oversized payload", `{"id":"a","type":"t","payload":` + big + `}`, "exceeds the limit"},
 		{"trailing data", `{"id":"a","type":"t"} {}`, "trailing"},
 		{"too many retries", `{"id":"a","type":"t","max_retries":1000}`, "max_retries"},
+		{"unknown trigger rule", `{"id":"a","type":"t","depends_on":["b"],"trigger_rule":"some_failed"}`, `trigger_rule: "some_failed" is not one of`},
+		{"unique key without window", `{"id":"a","type":"t","unique_key":"k"}`, "unique_window: is required with unique_key"},
+		{"unique window without key", `{"id":"a","type":"t","unique_window":"1h"}`, "unique_window: is only for tasks with a unique_key"},
+		{"short unique window", `{"id":"a","type":"t","unique_key":"k","unique_window":"10ms"}`, "unique_window: 10ms is out of range"},
+		{"long unique key", `{"id":"a","type":"t","unique_key":"` + strings.Repeat("k", 257) + `","unique_window":"1h"}`, "unique_key: 257 bytes exceed"},
+		{"trigger rule without depends_on", `{"id":"a","type":"t","trigger_rule":"all_ended"}`, "trigger_rule: all_ended is only for tasks with depends_on"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

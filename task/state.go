@@ -21,7 +21,8 @@ const (
 	// dead-letter entry holds it. Terminal unless re-driven.
 	Failed State = "failed"
 	// Cancelled: cancelled by a user or because an upstream dependency did
-	// not succeed. Terminal.
+	// not succeed. Terminal, unless the upstream whose failure cancelled it
+	// is re-driven with its dependents (it is then re-opened: waiting).
 	Cancelled State = "cancelled"
 	// Expired: its deadline passed before it finished. Terminal.
 	Expired State = "expired"
@@ -34,7 +35,8 @@ var states = [...]State{Waiting, Ready, Running, Retrying, Succeeded, Failed, Ca
 func States() []State { return append([]State(nil), states[:]...) }
 
 // Terminal reports whether no further transition is expected (a failed task
-// can still be re-driven by an operator).
+// can still be re-driven by an operator, and a task its failure cancelled
+// re-opened with it).
 func (s State) Terminal() bool {
 	switch s {
 	case Succeeded, Failed, Cancelled, Expired:
@@ -64,7 +66,9 @@ var transitions = map[State][]State{
 	Retrying:  {Ready, Retrying, Cancelled, Expired},
 	Failed:    {Ready},
 	Succeeded: nil,
-	Cancelled: nil,
+	// Cancelled → Waiting: re-opened by a re-drive with dependents of the
+	// upstream whose failure cancelled it (Task.CancelledBy).
+	Cancelled: {Waiting},
 	Expired:   nil,
 }
 

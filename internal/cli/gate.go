@@ -12,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
 )
 
 func pauseCmd(g *globals) *cobra.Command {
@@ -81,7 +83,12 @@ func overview(cmd *cobra.Command, g *globals) error {
 		return err
 	}
 	backlog := map[string]uint64{}
-	for _, name := range []string{subject.StreamSubmit, subject.StreamReady, subject.StreamCompleted, subject.StreamDLQ, subject.StreamHeld} {
+	for _, name := range topology.Queues {
+		if backlog[name], err = queue.Depth(ctx, js, name); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{subject.StreamDLQ, subject.StreamHeld} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			return err

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -74,7 +75,10 @@ func submitCmd(g *globals) *cobra.Command {
 	f.StringVar(&payload, "payload", "", "payload as JSON")
 	f.IntVar(spec.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&spec.Capability, "capability", task.DefaultCapability, "capability the executor must have")
-	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first")
+	f.StringSliceVar(&dependsOn, "depends-on", nil, "ids of tasks that must succeed first (or end: see --trigger-rule)")
+	f.StringVar(&spec.UniqueKey, "unique-key", "", "one task of this type per key within --unique-window (a later one is recorded as a duplicate)")
+	f.DurationVar((*time.Duration)(&spec.UniqueWindow), "unique-window", 0, "with --unique-key: how long the key holds (e.g. 1h)")
+	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
@@ -144,10 +148,23 @@ func statusCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
+			// An upstream forgotten after its retention leaves the
+			// inputs unreadable, not the status.
+			var ins []task.Input
+			var insErr error
+			if len(t.DependsOn) > 0 {
+				ins, insErr = c.Inputs(ctx, args[0])
+			}
 			if g.jsonOutput() {
 				out := map[string]any{"task": t, "history": h}
 				if shards != nil {
 					out["shards"] = shards
+				}
+				if ins != nil {
+					out["inputs"] = ins
+				}
+				if insErr != nil {
+					out["inputs_error"] = insErr.Error()
 				}
 				return g.printJSON(out)
 			}
@@ -155,6 +172,7 @@ func statusCmd(g *globals) *cobra.Command {
 			if shards != nil {
 				printShards(g, shards)
 			}
+			printInputs(g, ins, insErr)
 			fmt.Fprintln(g.stdout, "\nHistory:")
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "REV\tAT\tFROM\tTO\tACTOR\tREASON")
@@ -199,6 +217,13 @@ func printTask(g *globals, t *task.Task) {
 		row("Parked", "waits for a free slot under its parent's max_parallel_shards")
 	}
 	row("Depends on", strings.Join(t.DependsOn, ", "))
+	if t.UniqueKey != "" {
+		row("Unique key", fmt.Sprintf("%q for %s", t.UniqueKey, t.UniqueWindow.Std()))
+	}
+	row("Duplicate of", t.DuplicateOf)
+	if t.TriggerRule != "" {
+		row("Trigger rule", string(t.TriggerRule))
+	}
 	row("Dependents", strings.Join(t.Dependents, ", "))
 	row("Submitted", t.SubmittedAt.Format(time.RFC3339Nano))
 	row("Ready", ts(t.ReadyAt))
@@ -211,6 +236,38 @@ func printTask(g *globals, t *task.Task) {
 	row("Result object", t.ResultObject)
 	for _, e := range t.Errors {
 		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
+	}
+	_ = w.Flush()
+}
+
+// inputResultWidth bounds an inline result shown in ax status's inputs.
+const inputResultWidth = 80
+
+// printInputs shows how each upstream of a task ended and its result.
+func printInputs(g *globals, ins []task.Input, err error) {
+	if err != nil {
+		fmt.Fprintf(g.stdout, "\nInputs: not readable: %v\n", err)
+		return
+	}
+	if len(ins) == 0 {
+		return
+	}
+	fmt.Fprintln(g.stdout, "\nInputs:")
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  UPSTREAM\tSTATE\tRESULT\tREASON")
+	for _, in := range ins {
+		res := string(in.Result)
+		if len(res) > inputResultWidth {
+			cut := inputResultWidth
+			for cut > 0 && !utf8.RuneStart(res[cut]) {
+				cut--
+			}
+			res = res[:cut] + fmt.Sprintf("… (%d bytes)", len(in.Result))
+		}
+		if in.ResultObject != "" {
+			res = "object " + in.ResultObject
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", in.ID, in.State, res, in.Reason)
 	}
 	_ = w.Flush()
 }
@@ -279,19 +336,35 @@ func dlqCmd(g *globals) *cobra.Command {
 			return w.Flush()
 		}),
 	})
-	cmd.AddCommand(&cobra.Command{
+	cmd.AddCommand(redriveCmd(g))
+	return cmd
+}
+
+// redriveCmd is `ax dlq redrive` (also `ax redrive`).
+func redriveCmd(g *globals) *cobra.Command {
+	var withDependents bool
+	var reason, by string
+	cmd := &cobra.Command{
 		Use:   "redrive ID",
-		Short: "Start a fresh attempt series for a dead-lettered task",
+		Short: "Start a fresh attempt series for a dead-lettered task (--with-dependents re-opens what its failure cancelled)",
 		Args:  cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
-			t, err := c.Redrive(ctx, args[0])
+			opts := []sdk.RedriveOption{sdk.By(by)}
+			if withDependents {
+				opts = append(opts, sdk.WithDependents())
+			}
+			t, err := c.RedriveWithReason(ctx, args[0], reason, opts...)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
 			return nil
 		}),
-	})
+	}
+	f := cmd.Flags()
+	f.BoolVar(&withDependents, "with-dependents", false, "re-open, under the same ids, the dependents its failure cancelled (and theirs)")
+	f.StringVar(&reason, "reason", "", "reason recorded in the task's history")
+	f.StringVar(&by, "by", os.Getenv("USER"), "who asks, recorded in the histories the re-drive writes")
 	return cmd
 }
 

@@ -60,3 +60,39 @@ func TestStatusShowsShardProgress(t *testing.T) {
 		t.Fatalf("json status: %+v, %v", js, err)
 	}
 }
+
+// `ax status <id>` shows a task's inputs: each upstream's state and its
+// result, inline or as a reference into the object store.
+func TestStatusShowsInputs(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	big := strings.Repeat("y", task.InlineResultLimit+1)
+	ex.HandleFunc("big", func(context.Context, *executor.Job) (any, error) { return big, nil })
+	ex.HandleFunc("small", func(context.Context, *executor.Job) (any, error) { return map[string]int{"n": 7}, nil })
+	ex.HandleFunc("join", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	spec := func(id, typ string, deps ...string) task.Spec {
+		s, _ := task.New(typ, nil)
+		s.ID, s.DependsOn = id, deps
+		return s
+	}
+	if _, err := c.SubmitGraph(ctx, []task.Spec{spec("up-big", "big"), spec("up-small", "small"), spec("join", "join", "up-big", "up-small")}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "join"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"status", "join", "--nats", srv.URL()}, &out, &errOut); code != 0 {
+		t.Fatalf("ax status exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"Inputs:", "up-big    succeeded  object results/up-big/", `up-small  succeeded  {"n":7}`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}

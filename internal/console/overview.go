@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,7 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/mirror"
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -124,11 +127,18 @@ func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
 			note(name, err)
 			continue
 		}
-		if name == subject.StreamTasks {
+		switch {
+		case name == subject.StreamTasks:
 			ov.Tasks = info.State.NumSubjects
-			continue
+		case slices.Contains(topology.Queues, name):
+			// Handled messages stay until the next trim: count what is
+			// still to be handled.
+			n, err := queue.Depth(ctx, s.js, name)
+			note(name, err)
+			ov.Queues[name] = n
+		default:
+			ov.Queues[name] = info.State.Msgs
 		}
-		ov.Queues[name] = info.State.Msgs
 	}
 	var err error
 	ov.Backlog, err = s.backlog(ctx, now)

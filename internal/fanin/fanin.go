@@ -89,6 +89,22 @@ func (m *Markers) Mark(ctx context.Context, waiter, member string, o task.Member
 	return n, nil
 }
 
+// Add adds n to waiter's counter, de-duplicated by msgID within the
+// stream's window: a re-opened waiter, whose counter was removed when it
+// was cancelled, counts again the markers it kept (an overcount is safe:
+// the count is a hint confirmed by reading; an undercount would hold it).
+func (m *Markers) Add(ctx context.Context, waiter string, n int, msgID string) error {
+	if n <= 0 {
+		return nil
+	}
+	msg := nats.NewMsg(subject.FanInCount(waiter))
+	msg.Header.Set("Nats-Incr", strconv.Itoa(n))
+	if _, err := m.js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID)); err != nil {
+		return fmt.Errorf("add %d to the count of %s: %w", n, waiter, err)
+	}
+	return nil
+}
+
 // Ended reports whether member of waiter has a marker.
 func (m *Markers) Ended(ctx context.Context, waiter, member string) (bool, error) {
 	_, err := m.stream.GetLastMsgForSubject(ctx, subject.FanInMember(waiter, member))

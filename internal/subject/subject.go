@@ -4,6 +4,7 @@
 package subject
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ const (
 	StreamEdges     = "AX_EDGES"
 	StreamCounts    = "AX_COUNTS"
 	StreamLeases    = "AX_LEASES"
+	StreamUnique    = "AX_UNIQUE"
 )
 
 // BucketObjects is the object store of planners' shard lists and results
@@ -108,6 +110,7 @@ const (
 	EdgeAll         = "ax.edge.>"
 	CountAll        = "ax.count.>"
 	LeaseAll        = "ax.lease.>"
+	UniqueAll       = "ax.unique.>"
 )
 
 const (
@@ -353,3 +356,11 @@ func EdgeChild(subj, up string) (string, bool) {
 // Lease is where the executor running a task long enough to heart-beat
 // keeps its lease: the last message, with a TTL, while it is alive.
 func Lease(id string) string { return "ax.lease." + id }
+
+// Unique is where the task holding a unique_key of a type is recorded: the
+// subject's one message, written with an expected last sequence of 0 and a
+// TTL of the key's unique_window. The key travels base64url-encoded
+// (unpadded), so any key is one subject token.
+func Unique(taskType, key string) string {
+	return "ax.unique." + taskType + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}

@@ -53,7 +53,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Name:        subject.StreamSubmit,
 			Description: "AX task submissions, consumed by the orchestrator",
 			Subjects:    subject.SubmitSubjects(),
-			Retention:   jetstream.WorkQueuePolicy,
+			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
 			Duplicates:  dup,
@@ -63,7 +63,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Name:        subject.StreamReady,
 			Description: "AX ready tasks per capability and priority, consumed by executors",
 			Subjects:    []string{subject.ReadyAll},
-			Retention:   jetstream.WorkQueuePolicy,
+			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
 			Duplicates:  dup,
@@ -72,7 +72,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Name:        subject.StreamCompleted,
 			Description: "AX attempt outcomes reported by executors",
 			Subjects:    []string{subject.CompletedAll},
-			Retention:   jetstream.WorkQueuePolicy,
+			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
 			Duplicates:  dup,
@@ -175,6 +175,16 @@ func Streams(o Options) []jetstream.StreamConfig {
 			AllowMsgTTL:       true,
 		},
 		{
+			Name:              subject.StreamUnique,
+			Description:       "AX unique keys: the task holding each unique_key of a type, until its unique_window ends (per-message TTL)",
+			Subjects:          []string{subject.UniqueAll},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           jetstream.FileStorage,
+			Replicas:          r,
+			MaxMsgsPerSubject: 1,
+			AllowMsgTTL:       true,
+		},
+		{
 			Name:        subject.StreamPoison,
 			Description: "AX messages an orchestrator could not apply after their delivery limit, kept for re-drive (ax poison)",
 			Subjects:    []string{subject.PoisonAll},
@@ -243,6 +253,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 			return err
 		}
 		cfg.Replicas = r
+		if err := keepRetention(ctx, js, &cfg); err != nil {
+			return err
+		}
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
@@ -296,6 +309,27 @@ func replicas(ctx context.Context, js jetstream.JetStream, stream string, o Opti
 	}
 	return o.Replicas, nil
 }
+
+// keepRetention keeps an existing stream's retention: JetStream cannot
+// change it. AX_SUBMIT, AX_READY and AX_COMPLETED were work queues before
+// they were trimmed by consumer position (internal/queue); created by an
+// earlier version, they stay work queues and work as before, at the cost of
+// one delete per acknowledgement. Recreate them when drained to move.
+func keepRetention(ctx context.Context, js jetstream.JetStream, cfg *jetstream.StreamConfig) error {
+	s, err := js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	}
+	cfg.Retention = s.CachedInfo().Config.Retention
+	return nil
+}
+
+// Queues are the streams trimmed by consumer position (internal/queue):
+// each message is kept until every consumer reading it acknowledged it.
+var Queues = []string{subject.StreamSubmit, subject.StreamReady, subject.StreamCompleted}
 
 // leaderReads turns off direct gets on a bucket's stream (nats.go creates
 // buckets with them), so its reads are answered by the stream leader.

@@ -90,3 +90,33 @@ func TestPlainMessageCancelsTimer(t *testing.T) {
 		return errors.Is(err, jetstream.ErrMsgNotFound)
 	})
 }
+
+// TestEnsureKeepsAnEarlierWorkQueue: a queue stream created by an earlier
+// version as a work queue keeps that retention (JetStream cannot change it)
+// instead of failing the orchestrator's start.
+func TestEnsureKeepsAnEarlierWorkQueue(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 20*time.Second)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: subject.StreamReady, Subjects: []string{subject.ReadyAll},
+		Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatalf("Ensure over an earlier work-queue AX_READY: %v", err)
+	}
+	for _, name := range topology.Queues {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := jetstream.LimitsPolicy
+		if name == subject.StreamReady {
+			want = jetstream.WorkQueuePolicy
+		}
+		if got := st.CachedInfo().Config.Retention; got != want {
+			t.Fatalf("%s retention %v, want %v", name, got, want)
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/inputs"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/task"
+)
+
+// ErrNotUpstream is returned (wrapped) by Job.Input and Job.UpstreamResult
+// for an id that is not in the task's depends_on.
+var ErrNotUpstream = inputs.ErrNotUpstream
+
+// ErrUpstreamNotSucceeded is returned (wrapped) by Job.UpstreamResult for
+// an upstream that did not succeed: under the trigger rules all_ended and
+// any_failed a task runs after such upstreams (see Job.Inputs for how each
+// ended).
+var ErrUpstreamNotSucceeded = inputs.ErrNotSucceeded
+
+// jobInputs reads a job's inputs when its handler asks, once per attempt.
+type jobInputs struct {
+	store   *store.Store
+	objects jetstream.ObjectStore
+
+	mu   sync.Mutex
+	read []task.Input // nil until read
+}
+
+// bindInputs gives job its task's upstreams and the means to read them.
+// Nothing is read until the handler asks.
+func (e *Executor) bindInputs(job *Job, t task.Task) {
+	job.DependsOn = t.DependsOn
+	job.inputs = &jobInputs{store: e.store, objects: e.objects}
+}
+
+// Inputs returns how each upstream of the task (job.DependsOn, in that
+// order) ended: its state, reason and result — inline up to
+// task.InlineResultLimit, otherwise a reference (Input.ResultObject) that
+// UpstreamResult reads. The records are read on the first call (from the
+// stream leader) and kept for the rest of the attempt; a handler that never
+// calls it costs nothing. A task without depends_on has no inputs.
+func (j *Job) Inputs(ctx context.Context) ([]task.Input, error) {
+	if len(j.DependsOn) == 0 {
+		return nil, nil
+	}
+	if j.inputs == nil {
+		return nil, fmt.Errorf("inputs of %s: the job was not made by an executor", j.ID)
+	}
+	j.inputs.mu.Lock()
+	defer j.inputs.mu.Unlock()
+	if j.inputs.read == nil {
+		read, err := inputs.Read(ctx, j.inputs.store, j.DependsOn)
+		if err != nil {
+			return nil, fmt.Errorf("inputs of %s: %w", j.ID, err)
+		}
+		j.inputs.read = read
+	}
+	return slices.Clone(j.inputs.read), nil
+}
+
+// Input returns how the upstream id ended (see Inputs); an id not in
+// job.DependsOn is an error wrapping ErrNotUpstream.
+func (j *Job) Input(ctx context.Context, id string) (task.Input, error) {
+	i := slices.Index(j.DependsOn, id)
+	if i < 0 {
+		return task.Input{}, fmt.Errorf("input %s of %s: %w", id, j.ID, ErrNotUpstream)
+	}
+	all, err := j.Inputs(ctx)
+	if err != nil {
+		return task.Input{}, err
+	}
+	return all[i], nil
+}
+
+// UpstreamResult decodes the result of the upstream id (JSON) into v,
+// reading it from the AX_OBJECTS object store when it was larger than
+// task.InlineResultLimit. An upstream that did not succeed is an error
+// wrapping ErrUpstreamNotSucceeded; an id not in job.DependsOn one
+// wrapping ErrNotUpstream. A nil v only checks that the result is there.
+func (j *Job) UpstreamResult(ctx context.Context, id string, v any) error {
+	raw, err := j.UpstreamResultRaw(ctx, id)
+	if err != nil || v == nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("decode result of upstream %s into %T: %w", id, v, err)
+	}
+	return nil
+}
+
+// UpstreamResultRaw returns the result of the upstream id as JSON (see
+// UpstreamResult).
+func (j *Job) UpstreamResultRaw(ctx context.Context, id string) (json.RawMessage, error) {
+	in, err := j.Input(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := inputs.Result(ctx, j.inputs.objects, in)
+	if err != nil {
+		return nil, fmt.Errorf("input %s of %s: %w", id, j.ID, err)
+	}
+	return raw, nil
+}
