@@ -39,7 +39,9 @@ type Config struct {
 	// them. Default ["default"].
 	Capabilities []string
 	// Capacity in cost units: the executor pulls only while the summed
-	// estimated_cost of its running tasks is below it. Default 16.
+	// estimated_cost of its running tasks is below it. A task counts from
+	// its claim until its handler returns; reporting its outcome takes one
+	// of 4×Capacity (at least 64) report slots instead. Default 16.
 	Capacity float64
 	// Weights are the pull weights of p0…p5 (smooth weighted round robin
 	// across non-empty levels). Default 40/25/15/10/6/4.

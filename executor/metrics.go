@@ -11,8 +11,8 @@ import "time"
 // implementation to stay compatible when methods are added.
 type Metrics interface {
 	// InFlightCostChanged is called with the change (positive when a task
-	// starts, negative when it ends) of the summed estimated cost of the
-	// tasks this executor runs.
+	// is taken, negative when its handler returns) of the summed estimated
+	// cost of the tasks this executor runs.
 	InFlightCostChanged(delta float64)
 	// AttemptFinished is called once for every attempt this executor ran
 	// to an outcome it reports.
