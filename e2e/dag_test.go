@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"os/exec"
@@ -11,13 +12,15 @@ import (
 	"time"
 
 	"github.com/ax-run/ax/internal/demo"
+	"github.com/ax-run/ax/internal/mirror/mirrortest"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
-// dagTimeout bounds each wait of TestDAGKill9: a killed orchestrator's
-// unacknowledged messages come back after its consumers' ack wait (1m).
+// dagTimeout bounds each wait of TestDAGKill9, generously: a killed
+// orchestrator's unacknowledged messages come back only after their ack
+// wait, and the machine may be loaded.
 const dagTimeout = 4 * time.Minute
 
 // dagTask is one task of TestDAGKill9's graph and how it must end.
@@ -47,12 +50,17 @@ type dagTask struct {
 //     --with-dependents` once a worker does; the two levels of dependents
 //     its failure cancelled are re-opened under the same ids and each runs
 //     once, while its any_failed cleanup, which already ran, does not run
-//     again.
+//     again;
+//   - the MySQL audit mirror, run inside the orchestrators (killed with
+//     them), ends with the same story: trigger rules, duplicate_of,
+//     cancelled_by (cleared on re-open) and one attempt per run.
 func TestDAGKill9(t *testing.T) {
 	c := newCluster(t)
+	dsn, db := mirrortest.DB(t)
 	c.startServer()
 	_, cl := c.connect()
-	o1 := c.startOrchestrator("orch-1", noBreakers...)
+	orchArgs := append([]string{"--mysql-dsn", dsn}, noBreakers...)
+	o1 := c.startOrchestrator("orch-1", orchArgs...)
 	c.startWorker("worker-1", "--ack-wait", "5s", "--capacity", "8")
 	warmUp(t, cl, "default")
 
@@ -146,7 +154,7 @@ func TestDAGKill9(t *testing.T) {
 		_, err := cl.Submit(ctx, specs["uniq-2"])
 		return err
 	})
-	o2 := c.startOrchestrator("orch-2", noBreakers...)
+	o2 := c.startOrchestrator("orch-2", orchArgs...)
 
 	// Every task but gate's dependents reaches its end.
 	for id, want := range map[string]task.State{
@@ -181,7 +189,7 @@ func TestDAGKill9(t *testing.T) {
 		_, err := cl.Submit(ctx, specs["uniq-3"])
 		return err
 	})
-	c.startOrchestrator("orch-3", noBreakers...)
+	c.startOrchestrator("orch-3", orchArgs...)
 	for _, id := range []string{"gate", "gated-1", "gated-2"} {
 		waitFor(t, cl, id, "succeeded", func(got *task.Task) bool { return got.State == task.Succeeded })
 	}
@@ -274,6 +282,52 @@ func TestDAGKill9(t *testing.T) {
 	}
 	if st := axStatusJSON(t, c, "uniq-2"); st.Task.DuplicateOf != "uniq-1" || st.Task.UniqueKey != "customer-42" {
 		t.Errorf("ax status uniq-2: duplicate_of %q, unique_key %q", st.Task.DuplicateOf, st.Task.UniqueKey)
+	}
+
+	// The audit mirror tells the same story, once it has every event (a
+	// batch a killed orchestrator's mirror held comes back after its ack
+	// wait, possibly after later events).
+	for _, g := range graph {
+		id := g.spec.ID
+		h := history(t, cl, id)
+		last := h[len(h)-1].Revision
+		eventually(t, dagTimeout, fmt.Sprintf("the mirror to have the %d events of %s", len(h), id), func() (bool, string) {
+			var events int
+			var seq uint64
+			err := db.QueryRow("SELECT (SELECT COUNT(*) FROM ax_events WHERE task_id = ?), last_seq FROM ax_tasks WHERE id = ?", id, id).Scan(&events, &seq)
+			return err == nil && events == len(h) && seq == last, fmt.Sprintf("%d events, last_seq %d (want %d), %v", events, seq, last, err)
+		})
+	}
+	for _, g := range graph {
+		id := g.spec.ID
+		var rule, key, dup, by sql.NullString
+		var attempts int
+		if err := db.QueryRow(`SELECT trigger_rule, unique_key, duplicate_of, cancelled_by,
+			(SELECT COUNT(*) FROM ax_attempts a WHERE a.task_id = t.id) FROM ax_tasks t WHERE id = ?`, id).
+			Scan(&rule, &key, &dup, &by, &attempts); err != nil {
+			t.Fatalf("mirrored %s: %v", id, err)
+		}
+		str := func(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+		wantRule := sql.NullString{}
+		if len(g.spec.DependsOn) > 0 {
+			wantRule = str(string(g.spec.Trigger()))
+		}
+		f := final[id]
+		wantAttempts := 0
+		if g.ran {
+			wantAttempts = 1
+		}
+		if rule != wantRule || key != str(g.spec.UniqueKey) || dup != str(f.DuplicateOf) || by != str(f.CancelledBy) || attempts != wantAttempts {
+			t.Errorf("mirrored %s: trigger_rule %v, unique_key %v, duplicate_of %v, cancelled_by %v, %d attempts; want %v, %q, %q, %q, %d",
+				id, rule, key, dup, by, attempts, wantRule, g.spec.UniqueKey, f.DuplicateOf, f.CancelledBy, wantAttempts)
+		}
+	}
+	for _, id := range []string{"gated-1", "gated-2"} {
+		var n int
+		if err := db.QueryRow(`SELECT COUNT(*) FROM ax_events WHERE task_id = ? AND from_state = 'cancelled' AND to_state = 'waiting'
+			AND reason LIKE '%re-opened by the re-drive of gate with its dependents (by e2e-operator)%'`, id).Scan(&n); err != nil || n != 1 {
+			t.Errorf("mirrored re-opens of %s: %d, %v", id, n, err)
+		}
 	}
 }
 
