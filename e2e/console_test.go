@@ -246,6 +246,30 @@ func TestConsoleBrowser(t *testing.T) {
 	if got := text("#why"); !strings.Contains(got, "It ran 2 times") || !strings.Contains(got, "dead-letter queue") {
 		t.Fatalf("why: %q", got)
 	}
+	// Its record: the trigger rule and its input, the source it read.
+	if got := text("#trigger-rule"); !strings.Contains(got, "all_succeeded") {
+		t.Fatalf("trigger rule: %q", got)
+	}
+	if got := text("#inputs"); !strings.Contains(got, src) || !strings.Contains(got, "succeeded") {
+		t.Fatalf("inputs: %q", got)
+	}
+	// The mail its failure cancelled names it, and how to re-open it.
+	eventually(t, time.Minute, "the mail to be cancelled", func() (bool, string) {
+		st := taskState(t, cl, mail)
+		return st == task.Cancelled, string(st)
+	})
+	run("the cancelled dependent",
+		chromedp.Navigate(base+"task/"+mail),
+		chromedp.WaitVisible(`#cancelled-by`, chromedp.ByQuery))
+	if got := text("#cancelled-by"); !strings.Contains(got, reports[0]) {
+		t.Fatalf("cancelled by: %q", got)
+	}
+	if got := text("#why"); !strings.Contains(got, "ax redrive "+reports[0]+" --with-dependents") {
+		t.Fatalf("why of the cancelled dependent: %q", got)
+	}
+	run("back to the task",
+		chromedp.Navigate(base+"task/"+reports[0]),
+		chromedp.WaitVisible(`#attempts`, chromedp.ByQuery))
 
 	// The warehouse is back: re-drive the task and watch it succeed.
 	fixed.Store(true)

@@ -54,7 +54,17 @@ type Task struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 	StateSince  time.Time  `json:"state_since"`
 	DependsOn   []string   `json:"depends_on,omitempty"`
-	Dependents  []string   `json:"dependents,omitempty"`
+	// TriggerRule is the rule of a task with depends_on (all_succeeded,
+	// all_ended or any_failed); empty without depends_on.
+	TriggerRule string `json:"trigger_rule,omitempty"`
+	// UniqueKey is the spec's unique_key; DuplicateOf names the task that
+	// held it when this one was submitted (this one never ran).
+	UniqueKey   string `json:"unique_key,omitempty"`
+	DuplicateOf string `json:"duplicate_of,omitempty"`
+	// CancelledBy is the upstream whose end cancelled the task (empty
+	// again once a re-drive with dependents re-opened it).
+	CancelledBy string   `json:"cancelled_by,omitempty"`
+	Dependents  []string `json:"dependents,omitempty"`
 	// ParentID is the sharded task this one is a shard of; empty for any
 	// other task.
 	ParentID string `json:"parent_id,omitempty"`
@@ -70,7 +80,7 @@ func (t Task) IsShard() bool { return t.ParentID != "" }
 const taskColumns = `id, type, state, priority, capability, attempt, max_retries, redrives,
   COALESCE(reason,''), COALESCE(last_error,''), COALESCE(executor,''), COALESCE(execution_id,''),
   submitted_at, ready_at, started_at, finished_at, retry_at, start_at, expires_at, dispatches, updated_at, state_since,
-  depends_on,
+  depends_on, COALESCE(trigger_rule,''), COALESCE(unique_key,''), COALESCE(duplicate_of,''), COALESCE(cancelled_by,''),
   COALESCE((SELECT JSON_ARRAYAGG(e.dependent_id) FROM ax_edges e WHERE e.upstream_id = ax_tasks.id), dependents),
   COALESCE(parent_id,''), COALESCE(shard_id,''), last_seq`
 
@@ -83,7 +93,7 @@ func scanTask(s scanner) (Task, error) {
 	err := s.Scan(&t.ID, &t.Type, &t.State, &t.Priority, &t.Capability, &t.Attempt, &t.MaxRetries, &t.Redrives,
 		&t.Reason, &t.LastError, &t.Executor, &t.ExecutionID,
 		&t.SubmittedAt, &ready, &started, &finished, &retry, &startAt, &expiresAt, &t.Dispatches, &t.UpdatedAt, &t.StateSince,
-		&deps, &dependents, &t.ParentID, &shardID, &t.LastSeq)
+		&deps, &t.TriggerRule, &t.UniqueKey, &t.DuplicateOf, &t.CancelledBy, &dependents, &t.ParentID, &shardID, &t.LastSeq)
 	if err != nil {
 		return t, err
 	}

@@ -28,7 +28,9 @@ type Blocker struct {
 type WaitReport struct {
 	Task        Task   `json:"task"`
 	Explanation string `json:"explanation"`
-	// Pending counts the direct dependencies that have not succeeded.
+	// Pending counts the direct dependencies that hold the task under its
+	// trigger rule: those that have not succeeded (all_succeeded), or not
+	// ended (all_ended, any_failed).
 	Pending  int       `json:"pending"`
 	Blockers []Blocker `json:"blockers,omitempty"`
 }
@@ -56,6 +58,8 @@ func (a *Auditor) Waiting(ctx context.Context, id string) (WaitReport, error) {
 				since(), r.Pending, len(t.DependsOn), t.StartAt.Format(time.RFC3339), t.StartAt.Sub(now).Round(time.Second))
 		case delayed:
 			r.Explanation = fmt.Sprintf("delayed (delay or run_at) until %s, in %s", t.StartAt.Format(time.RFC3339), t.StartAt.Sub(now).Round(time.Second))
+		case r.Pending > 0 && t.TriggerRule != "" && t.TriggerRule != ruleAllSucceeded:
+			r.Explanation = fmt.Sprintf("waiting since %s for %d of %d dependencies to end (trigger rule %s)", since(), r.Pending, len(t.DependsOn), t.TriggerRule)
 		case r.Pending > 0:
 			r.Explanation = fmt.Sprintf("waiting since %s for %d of %d dependencies", since(), r.Pending, len(t.DependsOn))
 		default:
@@ -81,19 +85,49 @@ func (a *Auditor) Waiting(ctx context.Context, id string) (WaitReport, error) {
 		if t.Reason != "" {
 			r.Explanation += ": " + t.Reason
 		}
+		switch {
+		case t.DuplicateOf != "":
+			r.Explanation += fmt.Sprintf("; a duplicate of %s, which held unique_key %q of type %s when it was submitted: it never ran",
+				t.DuplicateOf, t.UniqueKey, t.Type)
+		case t.CancelledBy != "":
+			r.Explanation += fmt.Sprintf("; cancelled by the end of upstream %s under trigger rule %s: "+
+				"`ax redrive %s --with-dependents` re-opens it once %s is fixed", t.CancelledBy, t.TriggerRule, t.CancelledBy, t.CancelledBy)
+		}
 	}
 	return r, nil
 }
 
+// The trigger rules as the mirror stores them (task.TriggerRule values).
+const (
+	ruleAllSucceeded = "all_succeeded"
+	ruleAllEnded     = "all_ended"
+	ruleAnyFailed    = "any_failed"
+)
+
+// holds reports whether an upstream in state keeps a waiting dependent
+// with the trigger rule waiting: under all_succeeded until it succeeded
+// (one that did not would have cancelled the dependent), under all_ended
+// and any_failed until it ended. An unknown upstream ("unknown") holds.
+func holds(rule, state string) bool {
+	switch state {
+	case "succeeded":
+		return false
+	case "failed", "cancelled", "expired":
+		return rule != ruleAllEnded && rule != ruleAnyFailed
+	}
+	return true
+}
+
 // blockers walks the dependency graph breadth-first from r.Task, listing
-// every upstream that has not succeeded and descending into those that
-// wait themselves.
+// every upstream that holds its dependent under that one's trigger rule
+// (see holds) and descending into those that wait themselves.
 func (a *Auditor) blockers(ctx context.Context, r *WaitReport) error {
 	type node struct {
 		id, via string
 		depth   int
 	}
 	seen := map[string]bool{r.Task.ID: true}
+	rules := map[string]string{r.Task.ID: r.Task.TriggerRule} // of the waiting tasks walked
 	var level []node
 	for _, d := range r.Task.DependsOn {
 		if !seen[d] {
@@ -113,7 +147,7 @@ func (a *Auditor) blockers(ctx context.Context, r *WaitReport) error {
 		var next []node
 		for _, n := range level {
 			up, ok := rows[n.id]
-			if ok && up.State == "succeeded" {
+			if ok && !holds(rules[n.via], up.State) {
 				continue
 			}
 			if n.depth == 1 {
@@ -124,6 +158,7 @@ func (a *Auditor) blockers(ctx context.Context, r *WaitReport) error {
 				since := up.StateSince
 				b.State, b.Type, b.StateSince, b.Reason = up.State, up.Type, &since, up.Reason
 				if up.State == "waiting" {
+					rules[up.ID] = up.TriggerRule
 					for _, d := range up.DependsOn {
 						if !seen[d] {
 							seen[d] = true

@@ -91,6 +91,7 @@ func auditTimelineCmd(g *globals, open auditOpener) *cobra.Command {
 				if t.Reason != "" {
 					fmt.Fprintf(g.stdout, "Reason: %s\n", t.Reason)
 				}
+				printAuditDAG(g, t)
 			} else {
 				fmt.Fprintf(g.stdout, "Task %s (its row was removed by retention)\n", args[0])
 			}
@@ -119,6 +120,24 @@ func auditTimelineCmd(g *globals, open auditOpener) *cobra.Command {
 			}
 			return w.Flush()
 		}),
+	}
+}
+
+// printAuditDAG prints why a task of a DAG ran or did not: its trigger
+// rule, its unique key and the task it duplicated, and the upstream whose
+// end cancelled it.
+func printAuditDAG(g *globals, t *audit.Task) {
+	if t.TriggerRule != "" {
+		fmt.Fprintf(g.stdout, "Trigger rule: %s (over %d dependencies)\n", t.TriggerRule, len(t.DependsOn))
+	}
+	if t.UniqueKey != "" {
+		fmt.Fprintf(g.stdout, "Unique key: %q\n", t.UniqueKey)
+	}
+	if t.DuplicateOf != "" {
+		fmt.Fprintf(g.stdout, "Duplicate of: %s (it held the unique key; this task never ran)\n", t.DuplicateOf)
+	}
+	if t.CancelledBy != "" {
+		fmt.Fprintf(g.stdout, "Cancelled by: upstream %s (ax redrive %s --with-dependents re-opens it)\n", t.CancelledBy, t.CancelledBy)
 	}
 }
 

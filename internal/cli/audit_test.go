@@ -62,10 +62,15 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 20*time.Second, "both tasks mirrored as finished", func() bool {
-		var n int
-		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_tasks WHERE state IN ('succeeded','failed')").Scan(&n)
-		return err == nil && n == 2
+	// A dependent of the failed task: cancelled by it.
+	dep, err := c.Submit(ctx, task.Spec{Type: demo.TypeNoop, DependsOn: []string{failing}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "both tasks mirrored as finished, and the dependent cancelled", func() bool {
+		var n, cancelled int
+		err := db.QueryRowContext(ctx, "SELECT COUNT(*), (SELECT COUNT(*) FROM ax_tasks WHERE id = ? AND state = 'cancelled') FROM ax_tasks WHERE state IN ('succeeded','failed')", dep).Scan(&n, &cancelled)
+		return err == nil && n == 2 && cancelled == 1
 	})
 
 	run := func(args ...string) string {
@@ -97,6 +102,17 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 	t.Run("waiting", func(t *testing.T) {
 		if out := auditRun("waiting", failing); !strings.Contains(out, "not waiting: failed") {
 			t.Fatalf("waiting:\n%s", out)
+		}
+		if out := auditRun("waiting", dep); !strings.Contains(out, "ax redrive "+failing+" --with-dependents") {
+			t.Fatalf("waiting of a cancelled dependent:\n%s", out)
+		}
+	})
+	t.Run("timeline of a cancelled dependent", func(t *testing.T) {
+		out := auditRun("timeline", dep)
+		for _, want := range []string{"Trigger rule: all_succeeded (over 1 dependencies)", "Cancelled by: upstream " + failing} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("timeline lacks %q:\n%s", want, out)
+			}
 		}
 	})
 	t.Run("failures", func(t *testing.T) {
@@ -147,12 +163,19 @@ func TestMirrorAndAuditCommands(t *testing.T) {
 	t.Run("rebuild", func(t *testing.T) {
 		dsn2, db2 := mirrortest.DB(t)
 		out := run("--log-level", "error", "audit", "rebuild", "--mysql-dsn", dsn2)
-		if !strings.Contains(out, "rebuilt 9 events") {
+		// 9 events of the flaky and the failing task, the failing one's
+		// dependent_added and its cancelled dependent's creation.
+		if !strings.Contains(out, "rebuilt 11 events") {
 			t.Fatalf("rebuild: %s", out)
 		}
 		var n int
-		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_events").Scan(&n); err != nil || n != 9 {
+		if err := db2.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_events").Scan(&n); err != nil || n != 11 {
 			t.Fatalf("rebuilt %d events, %v", n, err)
+		}
+		var by, rule string
+		if err := db2.QueryRowContext(ctx, "SELECT cancelled_by, trigger_rule FROM ax_tasks WHERE id = ?", dep).Scan(&by, &rule); err != nil ||
+			by != failing || rule != "all_succeeded" {
+			t.Fatalf("rebuilt dependent: cancelled_by %q, trigger_rule %q, %v", by, rule, err)
 		}
 		code, _, errOut := runCLI(ctx, "--nats", url, "--log-level", "error", "audit", "rebuild", "--mysql-dsn", dsn2)
 		if code == 0 || !strings.Contains(errOut, "not empty") {

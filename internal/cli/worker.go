@@ -20,7 +20,7 @@ func workerCmd(g *globals) *cobra.Command {
 	var metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "worker",
-		Short: "Run an executor with the demo handlers (demo.noop, demo.sleep, demo.flaky, demo.fail)",
+		Short: "Run an executor with the demo handlers (demo.noop, demo.sleep, demo.flaky, demo.fail, demo.gather)",
 		Long: `Run an executor with the demo handlers. Real services embed the executor
 package and register their own handlers; this command is for trying AX out
 and for the end-to-end tests.`,

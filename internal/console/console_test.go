@@ -54,6 +54,10 @@ type fixture struct {
 	broken *atomic.Bool
 	// Tasks of the workload.
 	upstream, downstream, failing, flaky, delayed, sharded string
+	// A DAG around failing: labelled (a result) and failing feed gather
+	// (all_ended, reads its inputs); cancelled depends on failing; dup
+	// was submitted with holder's unique key.
+	labelled, gather, cancelled, holder, dup string
 }
 
 func setup(t *testing.T, withMySQL bool) *fixture {
@@ -139,6 +143,21 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 	f.flaky = submit(task.Spec{Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":2}`), Priority: new(2), MaxRetries: new(3)})
 	f.delayed = submit(task.Spec{Type: demo.TypeNoop, Priority: new(3), Delay: task.Duration(3 * time.Hour)})
 	f.sharded = submit(task.Spec{Type: typeSplit, Priority: new(1), Shardable: true, MinShardSuccess: 0.5})
+	f.labelled = submit(task.Spec{Type: demo.TypeSleep, Payload: json.RawMessage(`{"label":"report-src"}`), Priority: new(1)})
+	f.gather, f.cancelled = "gather-"+task.NewID(), "cancelled-"+task.NewID()
+	if _, err := c.SubmitGraph(ctx, []task.Spec{
+		{ID: f.gather, Type: demo.TypeGather, Priority: new(1), DependsOn: []string{f.labelled, f.failing}, TriggerRule: task.TriggerAllEnded},
+		{ID: f.cancelled, Type: demo.TypeNoop, Priority: new(1), DependsOn: []string{f.failing}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	unique := task.Spec{Type: demo.TypeNoop, Priority: new(1), UniqueKey: "nightly-export/acme", UniqueWindow: task.Duration(time.Hour)}
+	f.holder = submit(unique)
+	testenv.Eventually(t, time.Minute, "the unique key's holder to be accepted", func() bool {
+		_, err := c.Get(ctx, f.holder)
+		return err == nil
+	})
+	f.dup = submit(unique)
 	// A rejected submission (priority out of range).
 	if _, err := js.Publish(ctx, "task.submit.console.bad", []byte(`{"id":"bad-input-1","priority":99}`)); err != nil {
 		t.Fatal(err)
@@ -147,7 +166,8 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 		t.Fatal(err)
 	}
 	want := map[string]task.State{f.upstream: task.Succeeded, f.downstream: task.Succeeded, f.failing: task.Failed,
-		f.flaky: task.Succeeded, f.delayed: task.Waiting, f.sharded: task.Succeeded}
+		f.flaky: task.Succeeded, f.delayed: task.Waiting, f.sharded: task.Succeeded,
+		f.labelled: task.Succeeded, f.gather: task.Succeeded, f.cancelled: task.Cancelled, f.holder: task.Succeeded, f.dup: task.Cancelled}
 	testenv.Eventually(t, 2*time.Minute, "the workload to settle", func() bool {
 		for id, st := range want {
 			got, err := c.Get(ctx, id)
@@ -327,6 +347,23 @@ func TestConsolePagesWithMySQL(t *testing.T) {
 		b.mustGet("/task/"+f.sharded, `id="shards"`, "4 planned", "shard 3 broken", task.ShardID(f.sharded, 3))
 		b.mustGet("/task/"+task.ShardID(f.sharded, 3), "Shard of", f.sharded)
 		b.mustGet("/task/bad-input-1", "Rejected submission", "priority")
+	})
+
+	t.Run("task of a DAG", func(t *testing.T) {
+		// The inputs its handler read: the labelled upstream's result,
+		// the failing one's reason; the result of demo.gather shows both.
+		body := b.mustGet("/task/"+f.gather, `id="trigger-rule"`, "all_ended", `id="inputs"`, f.labelled, f.failing,
+			`{&#34;executor_attempt&#34;:1,&#34;label&#34;:&#34;report-src&#34;`, "payment gateway down", `&#34;state&#34;: &#34;failed&#34;`)
+		if strings.Contains(body, `id="cancelled-by"`) || strings.Contains(body, `id="duplicate-of"`) {
+			t.Fatalf("gather shows a cancellation or a duplicate:\n%s", excerpt(body))
+		}
+		b.mustGet("/task/"+f.cancelled, `id="cancelled-by"`, `href="/task/`+f.failing+`"`, "all_succeeded",
+			"ax redrive "+f.failing+" --with-dependents", `id="inputs"`)
+		b.mustGet("/task/"+f.dup, `id="duplicate-of"`, `href="/task/`+f.holder+`"`, "never ran", `id="unique-key"`, "nightly-export/acme", "1h0m0s")
+		body = b.mustGet("/task/"+f.holder, `id="unique-key"`, "nightly-export/acme")
+		if strings.Contains(body, `id="duplicate-of"`) || strings.Contains(body, `id="inputs"`) || strings.Contains(body, `id="trigger-rule"`) {
+			t.Fatalf("the holder shows a duplicate, inputs or a trigger rule:\n%s", excerpt(body))
+		}
 	})
 
 	t.Run("dlq, rejected, schedules", func(t *testing.T) {

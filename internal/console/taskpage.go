@@ -24,7 +24,57 @@ const (
 	dagMaxNodes = 60
 	// maxResultShown bounds the result printed on the page.
 	maxResultShown = 64 << 10
+	// maxInputsShown bounds the upstreams whose outcome a task page reads
+	// (a fan-in may have up to task.MaxDependencies); inputResultShown the
+	// summary of one upstream's inline result.
+	maxInputsShown   = 50
+	inputResultShown = 200
 )
+
+// Input is one upstream of the task as its page shows it: how it ended
+// and a summary of its result (what the task's handler reads through
+// executor.Job.Inputs).
+type Input struct {
+	task.Input
+	// Missing marks an upstream with no record (never submitted, or
+	// forgotten after its retention).
+	Missing bool
+	// Summary is the inline result, compact and cut at inputResultShown.
+	Summary string
+}
+
+// inputs reads the first maxInputsShown upstreams of t, one record each,
+// as task.InputOf makes them for the handler; the bool says whether
+// depends_on was cut.
+func (s *Server) inputs(ctx context.Context, t *task.Task) ([]Input, bool) {
+	ids := t.DependsOn
+	cut := len(ids) > maxInputsShown
+	if cut {
+		ids = ids[:maxInputsShown]
+	}
+	out := make([]Input, 0, len(ids))
+	for _, id := range ids {
+		u, err := s.c.Get(ctx, id)
+		if err != nil {
+			out = append(out, Input{Input: task.Input{ID: id, State: "unknown", Reason: err.Error()}, Missing: true})
+			continue
+		}
+		in := Input{Input: task.InputOf(*u)}
+		if len(in.Result) > 0 {
+			var buf bytes.Buffer
+			if json.Compact(&buf, in.Result) != nil {
+				buf.Reset()
+				buf.Write(in.Result)
+			}
+			in.Summary = buf.String()
+			if len(in.Summary) > inputResultShown {
+				in.Summary = strings.ToValidUTF8(in.Summary[:inputResultShown], "") + "…"
+			}
+		}
+		out = append(out, in)
+	}
+	return out, cut
+}
 
 // Attempt is one claimed execution of a task, from its history.
 type Attempt struct {
@@ -194,14 +244,19 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 	}
 	switch t.State {
 	case task.Waiting:
+		// Under all_ended and any_failed an upstream holds the task
+		// until it ended, under all_succeeded until it succeeded.
+		rule := t.Trigger()
 		var pending []string
 		for _, d := range t.DependsOn {
-			if st := states[d]; st != string(task.Succeeded) {
-				if st == "" {
-					st = "unknown"
-				}
-				pending = append(pending, d+" ("+st+")")
+			st := states[d]
+			if st == "" {
+				st = "unknown"
 			}
+			if st == string(task.Succeeded) || rule != task.TriggerAllSucceeded && task.State(st).Terminal() {
+				continue
+			}
+			pending = append(pending, d+" ("+st+")")
 		}
 		switch {
 		case strings.HasPrefix(t.Reason, "held"):
@@ -214,7 +269,10 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 		if t.StartAt != nil && t.StartAt.After(now) {
 			out = append(out, fmt.Sprintf("Delayed until %s (in %s).", t.StartAt.UTC().Format(time.RFC3339), t.StartAt.Sub(now).Round(time.Second)))
 		}
-		if len(pending) > 0 {
+		switch {
+		case len(pending) > 0 && rule != task.TriggerAllSucceeded:
+			out = append(out, fmt.Sprintf("Waiting for %d of %d dependencies to end (trigger rule %s): %s.", len(pending), len(t.DependsOn), rule, strings.Join(pending, ", ")))
+		case len(pending) > 0:
 			out = append(out, fmt.Sprintf("Waiting for %d of %d dependencies: %s.", len(pending), len(t.DependsOn), strings.Join(pending, ", ")))
 		}
 		if len(out) == 0 {
@@ -252,6 +310,14 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 		out = append(out, line+".")
 		if t.State == task.Failed && !t.IsShard() {
 			out = append(out, "It is in the dead-letter queue; re-driving it starts a fresh series of attempts.")
+		}
+		if t.DuplicateOf != "" {
+			out = append(out, fmt.Sprintf("A duplicate of %s, which held unique_key %q of type %s when it was submitted: it never ran.",
+				t.DuplicateOf, t.UniqueKey, t.Type))
+		}
+		if t.CancelledBy != "" {
+			out = append(out, fmt.Sprintf("Cancelled because its upstream %s did not succeed; once %s is fixed, re-driving it with its dependents (ax redrive %s --with-dependents) re-opens this task under the same id.",
+				t.CancelledBy, t.CancelledBy, t.CancelledBy))
 		}
 	}
 	troubled := false
@@ -326,6 +392,9 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 		}
 	}
 	data["Why"] = s.explain(t, g, att, shards, now)
+	if len(t.DependsOn) > 0 {
+		data["Inputs"], data["InputsCut"] = s.inputs(ctx, t)
+	}
 	spec, _ := json.MarshalIndent(t.Spec, "", "  ")
 	data["Spec"] = string(spec)
 	if t.State == task.Succeeded {

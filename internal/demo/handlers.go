@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/task"
 )
 
 // Task types the demo handlers serve.
@@ -18,6 +19,10 @@ const (
 	TypeSleep = "demo.sleep"
 	TypeFlaky = "demo.flaky"
 	TypeFail  = "demo.fail"
+	// TypeGather reads how its upstreams (depends_on) ended through
+	// executor.Job.Inputs and returns a GatherResult: a dependent that
+	// uses the results flowing down the DAG.
+	TypeGather = "demo.gather"
 	// TypeSplit is shardable: its planner splits a range into shards, each
 	// shard sums its part, the aggregator adds the parts up.
 	TypeSplit = "demo.split"
@@ -42,6 +47,23 @@ type SplitResult struct {
 	Sum       int `json:"sum"`
 	Shards    int `json:"shards"`
 	Succeeded int `json:"succeeded"`
+}
+
+// GatherResult is what demo.gather returns: its label and, for each
+// upstream in depends_on order, how it ended and the label its result
+// carried (demo.sleep, demo.flaky and demo.gather results have one).
+type GatherResult struct {
+	Label  string        `json:"label,omitempty"`
+	Inputs []GatherInput `json:"inputs"`
+}
+
+// GatherInput is one upstream as demo.gather saw it.
+type GatherInput struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Label is the "label" of the upstream's result, when it succeeded
+	// with one.
+	Label string `json:"label,omitempty"`
 }
 
 // splitPart is one demo.split shard's payload.
@@ -87,7 +109,41 @@ func Register(ex *executor.Executor) {
 		}
 		return nil, errors.New("simulated downstream outage: connection refused")
 	})
+	ex.HandleFunc(TypeGather, gather)
 	registerSplit(ex)
+}
+
+// gather is demo.gather's handler.
+func gather(ctx context.Context, j *executor.Job) (any, error) {
+	p, err := params(j)
+	if err != nil {
+		return nil, err
+	}
+	ins, err := j.Inputs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read inputs: %w", err)
+	}
+	r := GatherResult{Label: p.Label, Inputs: make([]GatherInput, 0, len(ins))}
+	for _, in := range ins {
+		g := GatherInput{ID: in.ID, State: string(in.State)}
+		if in.State == task.Succeeded {
+			var res struct {
+				Label string `json:"label"`
+			}
+			raw, err := j.UpstreamResultRaw(ctx, in.ID)
+			if err != nil {
+				return nil, fmt.Errorf("result of upstream %s: %w", in.ID, err)
+			}
+			if len(raw) > 0 && string(raw) != "null" {
+				if err := json.Unmarshal(raw, &res); err != nil {
+					return nil, executor.Permanent(fmt.Errorf("result of upstream %s: %w", in.ID, err))
+				}
+			}
+			g.Label = res.Label
+		}
+		r.Inputs = append(r.Inputs, g)
+	}
+	return r, nil
 }
 
 // registerSplit installs demo.split: plan → shards → aggregate.

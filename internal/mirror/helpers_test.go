@@ -127,6 +127,9 @@ type workloadIDs struct {
 	redriven  string
 	cancelled string // cancelled while running
 	cascade   string // cancelled because its upstream failed
+	cleanup   string // any_failed after the upstream that failed: ran
+	holder    string // held a unique key
+	duplicate string // submitted with the holder's key: created cancelled
 
 	neverStarted string // re-dispatched, then failed: no executor serves it
 	expired      string // its ttl passed while it ran
@@ -157,13 +160,15 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	w.flaky = slices.Clone(ids[10*scale : 13*scale])
 	w.dead = slices.Clone(ids[13*scale:])
 
-	a, b, d, e := task.NewID(), task.NewID(), task.NewID(), task.NewID()
+	a, b, d, e, f := task.NewID(), task.NewID(), task.NewID(), task.NewID(), task.NewID()
 	graph := []task.Spec{
 		{ID: a, Type: demo.TypeNoop, Priority: new(2)},
 		{ID: b, Type: demo.TypeFlaky, Payload: json.RawMessage(`{"fail_times":1}`), DependsOn: []string{a}, Priority: new(2), MaxRetries: new(2)},
 		{ID: task.NewID(), Type: demo.TypeNoop, DependsOn: []string{a, b}, Priority: new(2)},
 		{ID: d, Type: demo.TypeFail, Priority: new(2), MaxRetries: new(0)},
 		{ID: e, Type: demo.TypeNoop, DependsOn: []string{d}, Priority: new(2)},
+		{ID: f, Type: demo.TypeNoop, DependsOn: []string{d}, TriggerRule: task.TriggerAnyFailed, Priority: new(2)},
+		{ID: task.NewID(), Type: demo.TypeNoop, DependsOn: []string{a, d}, TriggerRule: task.TriggerAllEnded, Priority: new(2)},
 	}
 	gids, err := c.SubmitGraph(ctx, graph)
 	if err != nil {
@@ -172,7 +177,23 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	w.all = append(w.all, gids...)
 	w.flaky = append(w.flaky, b)
 	w.dead = append(w.dead, d)
-	w.cascade = e
+	w.cascade, w.cleanup = e, f
+
+	// A unique key held by one task; a second submission with it is a
+	// duplicate.
+	unique := func() task.Spec {
+		return task.Spec{Type: demo.TypeNoop, Priority: new(2), UniqueKey: "customer-42 ⌘", UniqueWindow: task.Duration(time.Hour)}
+	}
+	if w.holder, err = c.Submit(ctx, unique()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, w.holder); err != nil {
+		t.Fatal(err)
+	}
+	if w.duplicate, err = c.Submit(ctx, unique()); err != nil {
+		t.Fatal(err)
+	}
+	w.all = append(w.all, w.holder, w.duplicate)
 
 	// Newer paths: a delayed task, one nobody serves (re-dispatched, then
 	// failed without ever starting), one that expires while running (its
@@ -374,12 +395,21 @@ func checkMirror(t *testing.T, ctx context.Context, js jetstream.JetStream, db *
 		var attempt, redrives int
 		var lastSeq uint64
 		var finished sql.NullTime
-		var parent, shard sql.NullString
+		var parent, shard, rule, key, dupOf, cancelledBy sql.NullString
 		err := db.QueryRowContext(ctx, `SELECT state, attempt, COALESCE(execution_id,''), COALESCE(executor,''), redrives,
-			last_seq, finished_at, dependents, parent_id, shard_id FROM ax_tasks WHERE id = ?`, id).
-			Scan(&state, &attempt, &execID, &executor, &redrives, &lastSeq, &finished, &deps, &parent, &shard)
+			last_seq, finished_at, dependents, parent_id, shard_id, trigger_rule, unique_key, duplicate_of, cancelled_by FROM ax_tasks WHERE id = ?`, id).
+			Scan(&state, &attempt, &execID, &executor, &redrives, &lastSeq, &finished, &deps, &parent, &shard, &rule, &key, &dupOf, &cancelledBy)
 		if err != nil {
 			t.Fatalf("task %s: %v", id, err)
+		}
+		wantRule := sql.NullString{}
+		if len(want.DependsOn) > 0 {
+			wantRule = sql.NullString{String: string(want.Trigger()), Valid: true}
+		}
+		str := func(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+		if rule != wantRule || key != str(want.UniqueKey) || dupOf != str(want.DuplicateOf) || cancelledBy != str(want.CancelledBy) {
+			t.Fatalf("task %s row: trigger_rule=%v unique_key=%v duplicate_of=%v cancelled_by=%v\nwant %+v at seq %d",
+				id, rule, key, dupOf, cancelledBy, want, r.Seq)
 		}
 		var gotDeps []string
 		_ = json.Unmarshal([]byte(deps), &gotDeps)

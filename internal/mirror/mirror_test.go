@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
@@ -69,6 +71,29 @@ func TestMirrorWorkload(t *testing.T) {
 		if err := db.QueryRowContext(ctx, "SELECT state, reason FROM ax_tasks WHERE id = ?", w.cascade).Scan(&state, &reason); err != nil ||
 			state != "cancelled" || !strings.Contains(reason, "upstream") {
 			t.Fatalf("cascade: %s %q %v", state, reason, err)
+		}
+		// Why a task of a DAG ran or did not: its trigger rule, whose end
+		// cancelled it, whose key it duplicated.
+		var cancelledBy, rule, dupOf, key sql.NullString
+		if err := db.QueryRowContext(ctx, "SELECT trigger_rule, cancelled_by FROM ax_tasks WHERE id = ?", w.cascade).Scan(&rule, &cancelledBy); err != nil ||
+			rule.String != "all_succeeded" || !cancelledBy.Valid || !strings.Contains(reason, cancelledBy.String) {
+			t.Fatalf("cascade: trigger_rule %v, cancelled_by %v (reason %q), %v", rule, cancelledBy, reason, err)
+		}
+		if err := db.QueryRowContext(ctx, "SELECT state, trigger_rule, cancelled_by FROM ax_tasks WHERE id = ?", w.cleanup).Scan(&state, &rule, &cancelledBy); err != nil ||
+			state != "succeeded" || rule.String != "any_failed" || cancelledBy.Valid {
+			t.Fatalf("cleanup: %s, trigger_rule %v, cancelled_by %v, %v", state, rule, cancelledBy, err)
+		}
+		if err := db.QueryRowContext(ctx, "SELECT state, unique_key, duplicate_of FROM ax_tasks WHERE id = ?", w.duplicate).Scan(&state, &key, &dupOf); err != nil ||
+			state != "cancelled" || key.String != "customer-42 ⌘" || dupOf.String != w.holder {
+			t.Fatalf("duplicate: %s, unique_key %v, duplicate_of %v (holder %s), %v", state, key, dupOf, w.holder, err)
+		}
+		var dups int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM ax_tasks WHERE type = ? AND unique_key = ? AND duplicate_of = ?",
+			demo.TypeNoop, "customer-42 ⌘", w.holder).Scan(&dups); err != nil || dups != 1 {
+			t.Fatalf("duplicates of %s by key: %d, %v", w.holder, dups, err)
+		}
+		if got := attemptsOf(t, ctx, db, w.duplicate); len(got) != 0 {
+			t.Fatalf("duplicate attempts %v", got)
 		}
 		if err := db.QueryRowContext(ctx, "SELECT state, last_error FROM ax_tasks WHERE id = ?", w.redriven).Scan(&state, &lastErr); err != nil ||
 			state != "failed" || !strings.Contains(lastErr, "simulated downstream outage") {

@@ -78,6 +78,13 @@ type taskRow struct {
 	StateSince time.Time
 	DependsOn  string // JSON array
 	Dependents string // JSON array
+	// TriggerRule is the rule of a task with depends_on, the default
+	// applied ("" → NULL for a task without).
+	TriggerRule string
+	// UniqueKey, DuplicateOf and CancelledBy are the record's ("" → NULL).
+	UniqueKey   string
+	DuplicateOf string
+	CancelledBy string
 	// ParentID is a shard's parent task ("" → NULL for any other task).
 	ParentID string
 	// ShardID is a shard's index in its parent's plan as a decimal string
@@ -159,7 +166,13 @@ func taskRowOf(r record) taskRow {
 		StateSince:  stateSince(r.Event),
 		DependsOn:   jsonList(t.DependsOn),
 		Dependents:  jsonList(t.Dependents),
+		UniqueKey:   clipRunes(t.UniqueKey, task.MaxUniqueKeyLen),
+		DuplicateOf: t.DuplicateOf,
+		CancelledBy: t.CancelledBy,
 		LastSeq:     r.Seq,
+	}
+	if len(t.DependsOn) > 0 {
+		row.TriggerRule = string(t.Trigger())
 	}
 	if t.IsShard() {
 		row.ParentID = t.Parent

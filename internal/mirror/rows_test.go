@@ -172,6 +172,37 @@ func TestTaskRowOfFields(t *testing.T) {
 	}
 }
 
+// TestTaskRowOfDAGFields: the trigger rule of a task with depends_on (the
+// default spelled out), none without; unique key, duplicate_of and
+// cancelled_by as the record has them.
+func TestTaskRowOfDAGFields(t *testing.T) {
+	cases := []struct {
+		name                           string
+		mod                            func(*task.Task)
+		rule, key, duplicate, upstream string
+	}{
+		{"no dependencies", nil, "", "", "", ""},
+		{"default rule", func(t *task.Task) { t.DependsOn = []string{"A"} }, "all_succeeded", "", "", ""},
+		{"cleanup step", func(t *task.Task) { t.DependsOn, t.TriggerRule = []string{"A"}, task.TriggerAnyFailed }, "any_failed", "", "", ""},
+		{"cancelled by its upstream", func(t *task.Task) {
+			t.DependsOn, t.TriggerRule, t.CancelledBy = []string{"A", "B"}, task.TriggerAllSucceeded, "B"
+		}, "all_succeeded", "", "", "B"},
+		{"duplicate", func(t *task.Task) {
+			t.UniqueKey, t.UniqueWindow, t.DuplicateOf = "customer-42", task.Duration(time.Hour), "HOLDER"
+		}, "", "customer-42", "HOLDER", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			snap := snapshot(task.Cancelled, c.mod)
+			row := taskRowOf(record{Seq: 9, TaskID: snap.ID, Event: task.Event{Kind: task.KindTransition, To: task.Cancelled, At: at(time.Second), Task: snap}})
+			if row.TriggerRule != c.rule || row.UniqueKey != c.key || row.DuplicateOf != c.duplicate || row.CancelledBy != c.upstream {
+				t.Fatalf("trigger_rule %q unique_key %q duplicate_of %q cancelled_by %q, want %q %q %q %q",
+					row.TriggerRule, row.UniqueKey, row.DuplicateOf, row.CancelledBy, c.rule, c.key, c.duplicate, c.upstream)
+			}
+		})
+	}
+}
+
 func TestTaskRowOfShards(t *testing.T) {
 	sharding := &task.Sharding{PlanRef: task.PlanRef{Object: "plans/P/EX1", Shards: 12}, Registered: true}
 	cases := []struct {

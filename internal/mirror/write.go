@@ -24,7 +24,8 @@ ON DUPLICATE KEY UPDATE seq = seq`
 const upsertTasks = `INSERT INTO ax_tasks
   (id, type, state, priority, capability, attempt, max_retries, redrives, reason, last_error,
    executor, execution_id, submitted_at, ready_at, started_at, finished_at, retry_at, start_at,
-   expires_at, dispatches, updated_at, state_since, depends_on, dependents, parent_id, shard_id, last_seq)
+   expires_at, dispatches, updated_at, state_since, depends_on, trigger_rule, unique_key, duplicate_of, cancelled_by,
+   dependents, parent_id, shard_id, last_seq)
 VALUES %s
 ON DUPLICATE KEY UPDATE
   ready_at     = COALESCE(LEAST(ready_at, VALUES(ready_at)), ready_at, VALUES(ready_at)),
@@ -49,6 +50,10 @@ ON DUPLICATE KEY UPDATE
   updated_at   = IF(VALUES(last_seq) > last_seq, VALUES(updated_at), updated_at),
   state_since  = IF(VALUES(last_seq) > last_seq, VALUES(state_since), state_since),
   depends_on   = IF(VALUES(last_seq) > last_seq, VALUES(depends_on), depends_on),
+  trigger_rule = IF(VALUES(last_seq) > last_seq, VALUES(trigger_rule), trigger_rule),
+  unique_key   = IF(VALUES(last_seq) > last_seq, VALUES(unique_key), unique_key),
+  duplicate_of = IF(VALUES(last_seq) > last_seq, VALUES(duplicate_of), duplicate_of),
+  cancelled_by = IF(VALUES(last_seq) > last_seq, VALUES(cancelled_by), cancelled_by),
   dependents   = IF(VALUES(last_seq) > last_seq, VALUES(dependents), dependents),
   parent_id    = IF(VALUES(last_seq) > last_seq, VALUES(parent_id), parent_id),
   shard_id     = IF(VALUES(last_seq) > last_seq, VALUES(shard_id), shard_id),
@@ -92,12 +97,14 @@ func writeBatch(ctx context.Context, db *sql.DB, b batch, mid func() error) erro
 			return err
 		}
 	}
-	if err := execChunks(ctx, tx, upsertTasks, 27, len(b.tasks), func(i int, args []any) []any {
+	if err := execChunks(ctx, tx, upsertTasks, 31, len(b.tasks), func(i int, args []any) []any {
 		r := b.tasks[i]
 		return append(args, r.ID, r.Type, r.State, r.Priority, r.Capability, r.Attempt, r.MaxRetries, r.Redrives,
 			null(r.Reason), null(r.LastError), null(r.Executor), null(r.ExecutionID), r.SubmittedAt,
 			nullTime(r.ReadyAt), nullTime(r.StartedAt), nullTime(r.FinishedAt), nullTime(r.RetryAt),
-			nullTime(r.StartAt), nullTime(r.ExpiresAt), r.Dispatches, r.UpdatedAt, r.StateSince, r.DependsOn, r.Dependents, null(r.ParentID), null(r.ShardID), r.LastSeq)
+			nullTime(r.StartAt), nullTime(r.ExpiresAt), r.Dispatches, r.UpdatedAt, r.StateSince, r.DependsOn,
+			null(r.TriggerRule), null(r.UniqueKey), null(r.DuplicateOf), null(r.CancelledBy),
+			r.Dependents, null(r.ParentID), null(r.ShardID), r.LastSeq)
 	}); err != nil {
 		return fmt.Errorf("upsert tasks: %w", err)
 	}
