@@ -55,6 +55,9 @@ type Config struct {
 	// Backlog, when > 0, runs the backlog probe: that many p5 tasks
 	// submitted at once, then a p0 whose submit→start is reported.
 	Backlog int
+	// Bare, when > 0, also measures bare JetStream on the same server with
+	// that many jobs (see Bare), the floor AX's figures are read against.
+	Bare int
 	// MySQLDSN, when set, runs the audit mirror during the bench and
 	// measures its throughput and lag.
 	MySQLDSN string
@@ -74,6 +77,8 @@ type MirrorStats struct {
 type Result struct {
 	Phases []Phase      `json:"phases"`
 	Mirror *MirrorStats `json:"mirror,omitempty"`
+	// Bare is bare JetStream's figure on the same server (Config.Bare).
+	Bare *Bare `json:"bare,omitempty"`
 }
 
 // Phase holds one phase's figures.
@@ -371,6 +376,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err := measured(func() (Phase, error) { return backlog(ctx, client, &rec, cfg.Backlog) }); err != nil {
 			return res, err
 		}
+	}
+	if cfg.Bare > 0 {
+		b, err := bare(ctx, js, cfg.Bare, replicas)
+		if err != nil {
+			return res, err
+		}
+		res.Bare = &b
 	}
 	if mw != nil {
 		st, err := mw.finish(ctx)

@@ -26,9 +26,12 @@ func BenchmarkEndToEnd(b *testing.B) {
 func TestRunSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second, Delayed: 5})
+	res, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second, Delayed: 5, Bare: 500})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b := res.Bare; b == nil || b.Jobs != 500 || b.JobsPerSec <= 0 || b.Workers != BareWorkers {
+		t.Fatalf("bare JetStream reference: %+v", b)
 	}
 	phases := res.Phases
 	if len(phases) != 2 || phases[0].Tasks != 200 || phases[1].Tasks != 200 || phases[1].DelayedTasks != 5 {

@@ -117,6 +117,15 @@ NATS server (or --nats with --external) and measures two phases:
 						p.Name, p.DelayedTasks, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max))
 				}
 			}
+			if b := res.Bare; b != nil {
+				fmt.Fprintf(g.stdout, "\nbare JetStream on the same server (work queue, %d workers: fetch → publish → ack): %.0f jobs/s", b.Workers, b.JobsPerSec)
+				for _, p := range phases {
+					if p.Name == "throughput" {
+						fmt.Fprintf(g.stdout, "; AX's throughput is %.0f%% of it", 100*p.TasksPerSec/b.JobsPerSec)
+					}
+				}
+				fmt.Fprintln(g.stdout)
+			}
 			if m := res.Mirror; m != nil {
 				fmt.Fprintf(g.stdout, "\nMySQL mirror: %d events in %.1fs (%.0f events/s over the whole run), max lag %s, max backlog %d events\n",
 					m.Events, m.Elapsed.Seconds(), m.EventsPerSec, m.MaxLag.Round(time.Millisecond), m.MaxPending)
@@ -133,6 +142,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
+	f.IntVar(&cfg.Bare, "bare", 20000, "jobs for the bare JetStream reference loop on the same server, printed beside AX's throughput (0 skips it)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")

@@ -26,7 +26,7 @@ func TestBenchCommands(t *testing.T) {
 	}
 
 	t.Run("bench", func(t *testing.T) {
-		args := []string{"bench", "--tasks", "30", "--rate", "20", "--duration", "1s", "--delayed", "2", "--backlog", "3", "--capacity", "16"}
+		args := []string{"bench", "--tasks", "30", "--rate", "20", "--duration", "1s", "--delayed", "2", "--backlog", "3", "--capacity", "16", "--bare", "0"}
 		var res struct {
 			Phases []struct {
 				Name         string  `json:"name"`
@@ -62,8 +62,8 @@ func TestBenchCommands(t *testing.T) {
 			t.Errorf("backlog probe %+v, want 3 p5 tasks and a p0", p)
 		}
 		// The table form of a throughput-only run.
-		table := run("bench", "--tasks", "10", "--rate", "0", "--delayed", "0")
-		for _, want := range []string{"phase", "tasks/s", "throughput", "stored per task during throughput"} {
+		table := run("bench", "--tasks", "10", "--rate", "0", "--delayed", "0", "--bare", "300")
+		for _, want := range []string{"phase", "tasks/s", "throughput", "stored per task during throughput", "bare JetStream on the same server", "AX's throughput is"} {
 			if !strings.Contains(table, want) {
 				t.Errorf("bench table lacks %q:\n%s", want, table)
 			}
