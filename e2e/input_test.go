@@ -93,7 +93,7 @@ func TestMalformedInput(t *testing.T) {
 	}
 	orch := c.startOrchestrator("orch-1")
 	c.startWorker("worker-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	inputs := badInputs()
@@ -183,7 +183,7 @@ func TestMalformedInput(t *testing.T) {
 		{subject.StreamTimers, subject.ConsumerTimers},
 		{subject.StreamCommands, subject.ConsumerCommands},
 	} {
-		waitDrained(t, ctx, js, cons.stream, cons.name, 30*time.Second, "consumer "+cons.name+" to ack everything")
+		waitDrained(t, ctx, js, cons.stream, cons.name, 2*time.Minute, "consumer "+cons.name+" to ack everything")
 	}
 
 	// A valid task still runs.
@@ -216,7 +216,7 @@ func TestMalformedCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	orch := c.startOrchestrator("orch-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	cmds := []struct{ subj, body, want string }{
 		{"ax.cmd.cancel.m-ghost", `{not json`, "malformed command"},
@@ -239,7 +239,7 @@ func TestMalformedCommands(t *testing.T) {
 			}
 		})
 	}
-	waitDrained(t, ctx, js, subject.StreamCommands, subject.ConsumerCommands, 5*time.Second, "every command to be acknowledged")
+	waitDrained(t, ctx, js, subject.StreamCommands, subject.ConsumerCommands, 2*time.Minute, "every command to be acknowledged")
 	if !orch.alive() {
 		t.Fatalf("the orchestrator died: %v", orch.cur.err)
 	}
@@ -260,7 +260,7 @@ func TestMalformedDispatch(t *testing.T) {
 	c.startOrchestrator("orch-1")
 	worker := c.startWorker("worker-1")
 	warmUp(t, cl, task.DefaultCapability)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ready := subject.Ready(task.DefaultCapability, 2)
 	for _, body := range []string{
@@ -273,7 +273,7 @@ func TestMalformedDispatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitDrained(t, ctx, js, subject.StreamReady, subject.ReadyConsumer(task.DefaultCapability, 2), 10*time.Second,
+	waitDrained(t, ctx, js, subject.StreamReady, subject.ReadyConsumer(task.DefaultCapability, 2), 2*time.Minute,
 		"the garbage dispatches to be dropped (a worker that retries them forever never drains)")
 	for _, id := range []string{"ghost-1", "ghost-2", "ghost-3"} {
 		if got, err := cl.Get(ctx, id); !errors.Is(err, sdk.ErrNotFound) {
@@ -300,7 +300,7 @@ func TestUndecodableSpecRejectedByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.startOrchestrator("orch-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	sub := subject.Submit("x")
 	inputs := []badInput{
@@ -358,7 +358,7 @@ func TestGraphAllOrNothing(t *testing.T) {
 	}
 	c.startOrchestrator("orch-1")
 	c.startWorker("worker-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	in := badInput{"graph with an invalid second task", subject.GraphSubmit, []byte(`{"tasks":[
 		{"id":"m-gdep-a","type":"demo.noop"},
@@ -394,7 +394,7 @@ func TestGraphAllOrNothing(t *testing.T) {
 		{subject.StreamSubmit, subject.ConsumerSubmit},
 		{subject.StreamCompleted, subject.ConsumerCompleted},
 	} {
-		waitDrained(t, ctx, js, cons.stream, cons.name, 5*time.Second,
+		waitDrained(t, ctx, js, cons.stream, cons.name, 2*time.Minute,
 			"consumer "+cons.name+" to drain (an orchestrator failing on a message never drains)")
 	}
 }
@@ -409,7 +409,7 @@ func TestDependentRightAfterUpstream(t *testing.T) {
 	_, cl := c.connect()
 	c.startOrchestrator("orch-1")
 	c.startWorker("worker-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const pairs = 100
 	for i := range pairs {
@@ -456,7 +456,7 @@ func TestResubmitAfterRejection(t *testing.T) {
 	nc, cl := c.connect()
 	c.startOrchestrator("orch-1")
 	c.startWorker("worker-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -501,7 +501,7 @@ func TestIdempotentSubmitAcrossRestart(t *testing.T) {
 	}
 	c.startOrchestrator("orch-1")
 	c.startWorker("worker-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
 	x, err := task.New(demo.TypeSleep, demo.Params{Sleep: "10ms", Label: "first"})

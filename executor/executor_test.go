@@ -507,12 +507,7 @@ func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
 // deleted (by hand, or lost) creates it again instead of idling for ever.
 func TestDeletedReadyConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{IdleProbe: 200 * time.Millisecond})
-	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{IdleProbe: 200 * time.Millisecond})
 	ctx := testenv.Context(t, time.Minute)
 	js, _ := jetstream.New(c.Conn())
 	for lvl := range task.Levels {

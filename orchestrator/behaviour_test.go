@@ -109,12 +109,7 @@ func TestIdempotentSubmitBeyondDedupWindow(t *testing.T) {
 
 func TestBadInputIsRejectedClearly(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
 	ctx := testenv.Context(t, 30*time.Second)
 	big := strings.Repeat("x", task.DefaultMaxPayload+10)
 	cases := []struct {

@@ -321,12 +321,7 @@ func TestOversizedReportFailsClearly(t *testing.T) {
 // acknowledgement; and a level nobody consumes keeps its dispatches.
 func TestQueuesAreTrimmed(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
 	ctx := testenv.Context(t, 3*time.Minute)
 	js, _ := jetstream.New(c.Conn())
 	for _, name := range []string{subject.StreamSubmit, subject.StreamReady, subject.StreamCompleted} {

@@ -648,12 +648,7 @@ func TestRetentionKeepsUnfinishedTasks(t *testing.T) {
 // one that reads the end itself goes on and is acknowledged.
 func TestCascadeRetriesAStaleRead(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{MaxDeliveries: 3})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
+	_, _, c := testenv.Stack(t, orchestrator.Config{MaxDeliveries: 3}, executor.Config{})
 	ctx := testenv.Context(t, 2*time.Minute)
 	if _, err := c.Submit(ctx, newSpec("casc-up", "ok")); err != nil {
 		t.Fatal(err)

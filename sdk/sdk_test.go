@@ -1,7 +1,6 @@
 package sdk_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -20,12 +19,7 @@ import (
 // server's consumers.
 func TestReadsLeaveNoConsumers(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
 	ctx := testenv.Context(t, time.Minute)
 	for i := range 40 {
 		s, _ := task.New("ok", nil)

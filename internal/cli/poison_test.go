@@ -23,12 +23,7 @@ import (
 // re-driven.
 func TestPoisonListAndRedrive(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
+	srv, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
 	ctx := testenv.Context(t, time.Minute)
 	js, _ := jetstream.New(c.Conn())
 	poison := nats.NewMsg(subject.Poison("ax-orchestrator-submit", 7))

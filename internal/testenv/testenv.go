@@ -132,6 +132,19 @@ func Start(t testing.TB, e *executor.Executor) {
 	}
 }
 
+// Stack starts what most tests need: a server, an orchestrator (ocfg), an
+// executor (ecfg) whose "ok" handler succeeds at once, started, and a
+// client. Register more handlers on the executor as the test needs them.
+func Stack(t testing.TB, ocfg orchestrator.Config, ecfg executor.Config) (*natsserver.Server, *executor.Executor, *sdk.Client) {
+	t.Helper()
+	srv := NATS(t)
+	Orchestrator(t, srv.URL(), ocfg)
+	ex := Executor(t, srv.URL(), ecfg)
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	Start(t, ex)
+	return srv, ex, Client(t, srv.URL())
+}
+
 // Client returns an SDK client on its own connection to url.
 func Client(t testing.TB, url string) *sdk.Client {
 	t.Helper()
