@@ -41,6 +41,10 @@ func (o *Orchestrator) reopenDependents(ctx context.Context, t task.Task, f time
 	case task.Failed, task.Cancelled, task.Expired:
 		return nil
 	}
+	// List the edges even without the has_dependents flag: a dependent
+	// registered after t had ended could not set it (it saw the end and
+	// cancelled itself), yet its edge is stored and it is to be re-opened.
+	t.HasDependents = true
 	return o.forDependentsFrom(ctx, t, f, func(ctx context.Context, up task.Task, id string) error {
 		return o.reopenDependent(ctx, up, id, f.Reopen)
 	})
@@ -102,8 +106,7 @@ func (o *Orchestrator) reopenDependent(ctx context.Context, up task.Task, id, or
 			return err
 		}
 	}
-	if !cur.HasDependents && len(cur.Dependents) == 0 {
-		return nil
-	}
+	// Its own dependents are looked up from its edges by its own cascade
+	// message, flag or not (see reopenDependents).
 	return o.armTimer(ctx, subject.TimerCascade, timerFire{ID: id, At: o.now(), Reopen: origin})
 }

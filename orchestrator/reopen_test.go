@@ -142,3 +142,51 @@ func transitionsReasons(h []task.HistoryEntry) string {
 	}
 	return b.String()
 }
+
+// TestRedriveReopensLateDependents: dependents submitted after their
+// upstream had already failed cancel themselves (their upstream's record
+// never learns of them: it had ended); a re-drive with dependents still
+// re-opens them, through two levels, from their stored edges.
+func TestRedriveReopensLateDependents(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: fastRetry})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	var fixed atomic.Bool
+	ex.HandleFunc("flaky", func(context.Context, *executor.Job) (any, error) {
+		if !fixed.Load() {
+			return nil, errors.New("not fixed yet")
+		}
+		return nil, nil
+	})
+	ex.HandleFunc("step", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	up := newSpec("late-up", "flaky")
+	up.MaxRetries = new(0)
+	if _, err := c.Submit(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "late-up"); err != nil || got.State != task.Failed {
+		t.Fatalf("late-up: %+v %v", got, err)
+	}
+	if _, err := c.SubmitGraph(ctx, []task.Spec{newSpec("late-1", "step", "late-up"), newSpec("late-2", "step", "late-1")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"late-1", "late-2"} {
+		if got, err := c.Wait(ctx, id); err != nil || got.State != task.Cancelled {
+			t.Fatalf("%s: %+v %v", id, got, err)
+		}
+	}
+	fixed.Store(true)
+	if _, err := c.Redrive(ctx, "late-up", sdk.WithDependents(), sdk.By("tester")); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"late-up", "late-1", "late-2"} {
+		testenv.Eventually(t, time.Minute, id+" to succeed", func() bool {
+			got, err := c.Get(ctx, id)
+			return err == nil && got.State == task.Succeeded
+		})
+	}
+}
