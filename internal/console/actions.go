@@ -41,6 +41,9 @@ type plan struct {
 	Reason string
 	// RetriesOnly applies to pause.
 	RetriesOnly bool
+	// WithDependents applies to re-drive: the dependents the failure
+	// cancelled are re-opened too (the confirmation page's checkbox).
+	WithDependents bool
 	// Fields are the form's fields, posted again on confirmation.
 	Fields [][2]string
 	Back   string
@@ -249,6 +252,9 @@ func (s *Server) resolveRedrive(ctx context.Context, f url.Values, p *plan, keep
 		what = fmt.Sprintf("a canary of the first %d of %s", canary, what)
 	}
 	p.Summary = "Re-drive " + what + ": each starts a fresh series of attempts."
+	if p.WithDependents = f.Get("with_dependents") == "yes"; p.WithDependents {
+		p.Summary += " The dependents its failure cancelled are re-opened under their ids."
+	}
 	return nil
 }
 
@@ -278,7 +284,7 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				out[i] = s.taskCommand(ctx, p.Action, id, reason)
+				out[i] = s.taskCommand(ctx, u, p, id, reason)
 				if out[i].OK {
 					record(id, "", p.Action, reason+": "+out[i].Detail)
 				}
@@ -335,15 +341,19 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 	}
 }
 
-func (s *Server) taskCommand(ctx context.Context, action, id, reason string) outcome {
+func (s *Server) taskCommand(ctx context.Context, u user, p *plan, id, reason string) outcome {
 	o := outcome{Target: id, Link: "/task/" + escapeID(id)}
 	var t *task.Task
 	var err error
-	switch action {
+	switch p.Action {
 	case actCancel:
 		t, err = s.c.Cancel(ctx, id, reason)
 	case actRedrive:
-		t, err = s.c.RedriveWithReason(ctx, id, reason)
+		opts := []sdk.RedriveOption{sdk.By("console:" + u.Name)}
+		if p.WithDependents {
+			opts = append(opts, sdk.WithDependents())
+		}
+		t, err = s.c.RedriveWithReason(ctx, id, reason, opts...)
 	case actRerun:
 		var nid string
 		nid, err = s.c.Rerun(ctx, id)

@@ -516,16 +516,26 @@ func TestConsoleActions(t *testing.T) {
 	// Re-drive the dead letter once its cause is fixed: it succeeds, and
 	// its history and the audit trail name the operator.
 	f.broken.Store(false)
+	// With its dependents: the task its failure cancelled is re-opened
+	// under its id and runs.
 	code, body := op.act("redrive", url.Values{"id": {f.failing}, "reason": {"gateway is back"}, "back": {"/task/" + f.failing}}, false)
-	if code != http.StatusOK || !strings.Contains(body, "Re-drive task "+f.failing) {
+	if code != http.StatusOK || !strings.Contains(body, "Re-drive task "+f.failing) || !strings.Contains(body, `id="with-dependents"`) {
 		t.Fatalf("confirm page: %d\n%s", code, excerpt(body))
 	}
-	code, body = op.act("redrive", url.Values{"id": {f.failing}, "reason": {"gateway is back"}}, true)
-	if code != http.StatusOK || !strings.Contains(body, "now ready") {
+	code, body = op.act("redrive", url.Values{"id": {f.failing}, "reason": {"gateway is back"}, "with_dependents": {"yes"}}, true)
+	if code != http.StatusOK || !strings.Contains(body, "now ready") || !strings.Contains(body, "re-opened under their ids") {
 		t.Fatalf("redrive: %d\n%s", code, excerpt(body))
 	}
 	if got, err := f.c.Wait(ctx, f.failing); err != nil || got.State != task.Succeeded {
 		t.Fatalf("re-driven task: %+v, %v", got, err)
+	}
+	if !waitState(f, f.cancelled, task.Succeeded, time.Minute) {
+		h, _ := f.c.History(ctx, f.cancelled)
+		hf, _ := f.c.History(ctx, f.failing)
+		t.Fatalf("the dependent re-opened by the re-drive did not succeed: %+v\nupstream: %+v", h, hf)
+	}
+	if h, err := f.c.History(ctx, f.cancelled); err != nil || !strings.Contains(fmt.Sprint(h), "console:"+operatorName) {
+		t.Fatalf("the re-opened dependent's history does not name the operator: %v\n%+v", err, h)
 	}
 	op.mustGet("/task/"+f.failing, "gateway is back (by alice via the console)", "Re-driven from the dead-letter queue 1 time")
 	waitAudit(t, f, "redrive", f.failing)
@@ -743,4 +753,14 @@ func TestConsoleRequireLoginAndTokens(t *testing.T) {
 	if st := f.state(f.delayed); st != task.Cancelled {
 		t.Fatalf("cancelled task is %s", st)
 	}
+}
+
+// waitState reports whether task id reaches state within d.
+func waitState(f *fixture, id string, state task.State, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if f.state(id) == state {
+			return true
+		}
+	}
+	return false
 }
