@@ -102,7 +102,7 @@ func TestP0BehindP5BacklogStartsNextRound(t *testing.T) {
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
 	c := testenv.Client(t, srv.URL())
-	const backlog = 50000
+	const backlog = 20000 // far more than a round: seconds of work behind the p0
 	specs := make([]task.Spec, backlog)
 	for i := range specs {
 		specs[i] = spec(t, fmt.Sprintf("bulk-%d", i), "work", 5, "default")
