@@ -275,7 +275,7 @@ func TestLostRunningTaskIsFailedByReconciler(t *testing.T) {
 	if len(got.Errors) != 1 || !strings.Contains(got.Errors[0].Error, "lease expired") {
 		t.Fatalf("errors %+v, want one 'lease expired'", got.Errors)
 	}
-	if n := metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "lease_expired"}); n != 1 {
+	if n := value(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "lease_expired"}); n != 1 {
 		t.Fatalf("lease_expired repairs %v, want 1", n)
 	}
 }
@@ -310,7 +310,7 @@ func TestReadyTaskWithoutDispatchIsRedispatched(t *testing.T) {
 	if got.ExecutionID == first {
 		t.Fatal("re-dispatched under the same execution id")
 	}
-	if n := metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "ready_not_dispatched"}); n < 1 {
+	if n := value(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "ready_not_dispatched"}); n < 1 {
 		t.Fatalf("ready_not_dispatched repairs %v, want ≥ 1", n)
 	}
 }
@@ -361,7 +361,7 @@ func TestHealthyRunHasNoRepairs(t *testing.T) {
 	}
 	repaired := map[string]float64{}
 	for _, r := range []string{"lease_expired", "ready_not_dispatched", "waiting_resolved", "shards_ended", "retry_overdue"} {
-		if n := metricValue(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": r}); n > 0 {
+		if n := value(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": r}); n > 0 {
 			repaired[r] = n
 		}
 	}
@@ -418,7 +418,7 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 45*time.Second, "completed consumer recreated", func() bool {
-		return metricValue(t, reg, "ax_consumer_restarts_total", map[string]string{"consumer": subject.ConsumerCompleted}) >= 1
+		return value(t, reg, "ax_consumer_restarts_total", map[string]string{"consumer": subject.ConsumerCompleted}) >= 1
 	})
 	if _, err := c.Submit(ctx, newSpec("after-delete", "ok")); err != nil {
 		t.Fatal(err)

@@ -15,33 +15,6 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// metricValue returns the value of a counter or gauge with the given labels.
-func metricValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if labels[l.GetName()] != l.GetValue() {
-					continue metric
-				}
-			}
-			if m.GetCounter() != nil {
-				return m.GetCounter().GetValue()
-			}
-			return m.GetGauge().GetValue()
-		}
-	}
-	return 0
-}
-
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
@@ -62,15 +35,15 @@ func TestMetrics(t *testing.T) {
 	}
 	publishRaw(t, c.Conn(), "task.submit.ok", []byte(`{"id":"m4","type":"ok","priority":7}`))
 	testenv.Eventually(t, 10*time.Second, "rejection counted", func() bool {
-		return metricValue(t, reg, "ax_submissions_rejected_total", nil) == 1
+		return value(t, reg, "ax_submissions_rejected_total", nil) == 1
 	})
-	if got := metricValue(t, reg, "ax_transitions_total", map[string]string{"to": string(task.Succeeded)}); got != 3 {
+	if got := value(t, reg, "ax_transitions_total", map[string]string{"to": string(task.Succeeded)}); got != 3 {
 		t.Fatalf("ax_transitions_total{to=succeeded} = %v, want 3", got)
 	}
-	if got := metricValue(t, reg, "ax_executor_attempts_total", map[string]string{"outcome": "succeeded"}); got != 3 {
+	if got := value(t, reg, "ax_executor_attempts_total", map[string]string{"outcome": "succeeded"}); got != 3 {
 		t.Fatalf("ax_executor_attempts_total{outcome=succeeded} = %v, want 3", got)
 	}
-	if got := metricValue(t, reg, "ax_executor_in_flight_cost", nil); got != 0 {
+	if got := value(t, reg, "ax_executor_in_flight_cost", nil); got != 0 {
 		t.Fatalf("in-flight cost %v after all tasks ended", got)
 	}
 }
