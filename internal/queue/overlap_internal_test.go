@@ -27,3 +27,37 @@ func TestOverlap(t *testing.T) {
 		}
 	}
 }
+
+func TestFloors(t *testing.T) {
+	got := floors([]consumerView{
+		{name: "A", filters: []string{"q.a"}, ackFloor: 6},
+		{name: "A2", filters: []string{"q.a"}, ackFloor: 8},
+		{name: "B", filters: []string{"q.b"}, ackFloor: 2},
+		{name: "C", filters: []string{"q.c"}, ackFloor: 9},
+		{name: "W", filters: []string{"q.*"}, ackFloor: 4},
+		{name: "R", filters: []string{"r.x"}, ackFloor: 1},
+	})
+	want := map[string]uint64{"q.a": 4, "q.b": 2, "q.c": 4, "q.*": 2, "r.x": 1}
+	if len(got) != len(want) {
+		t.Fatalf("floors %v, want %v", got, want)
+	}
+	for f, w := range want {
+		if got[f] != w {
+			t.Errorf("floor of %s = %d, want %d (all %v)", f, got[f], w, got)
+		}
+	}
+	// A consumer without filters reads everything: it holds back every filter.
+	all := floors([]consumerView{{name: "A", filters: []string{"q.a"}, ackFloor: 6}, {name: "ALL", ackFloor: 3}})
+	if all["q.a"] != 3 || all[">"] != 3 {
+		t.Fatalf("floors with a reader of everything: %v", all)
+	}
+}
+
+func TestWildcard(t *testing.T) {
+	for s, want := range map[string]bool{">": true, "*": true, "q.>": true, "q.*": true, "*.a": true, "q.*.b": true,
+		"q.a": false, "task.ready.x.p0": false, "task.submit-p2.>": true} {
+		if wildcard(s) != want {
+			t.Errorf("wildcard(%q) = %v", s, !want)
+		}
+	}
+}

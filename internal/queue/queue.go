@@ -21,6 +21,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,34 +76,66 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, done Trimm
 	if err != nil {
 		return fmt.Errorf("trim: %w", err)
 	}
+	for f, floor := range floors(cs) {
+		if floor == 0 || done[f] > floor {
+			continue
+		}
+		opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSequence(floor + 1)}
+		if f != ">" {
+			opts = append(opts, jetstream.WithPurgeSubject(f))
+		}
+		if err := st.Purge(ctx, opts...); err != nil {
+			return fmt.Errorf("trim %s (%s) below %d: %w", stream, f, floor+1, err)
+		}
+		if done != nil {
+			done[f] = floor + 1
+		}
+	}
+	return nil
+}
+
+// floors returns, for every consumer filter, the lowest acknowledgement
+// floor of the consumers whose filters overlap it ("" filters: the whole
+// stream, ">"). Two literal filters overlap only when equal, so only
+// wildcard filters are compared pairwise: a queue with thousands of
+// per-capability consumers costs a map, not a square.
+func floors(cs []consumerView) map[string]uint64 {
+	own := map[string]uint64{} // per filter, the lowest floor of its own readers
+	var wild []string
 	for _, c := range cs {
 		filters := c.filters
 		if len(filters) == 0 {
 			filters = []string{">"}
 		}
 		for _, f := range filters {
-			floor := c.ackFloor
-			for _, d := range cs {
-				if d.name != c.name && d.ackFloor < floor && overlapsAny(f, d.filters) {
-					floor = d.ackFloor
-				}
+			cur, seen := own[f]
+			if !seen || c.ackFloor < cur {
+				own[f] = c.ackFloor
 			}
-			if floor == 0 || done[f] > floor {
-				continue
-			}
-			opts := []jetstream.StreamPurgeOpt{jetstream.WithPurgeSequence(floor + 1)}
-			if f != ">" {
-				opts = append(opts, jetstream.WithPurgeSubject(f))
-			}
-			if err := st.Purge(ctx, opts...); err != nil {
-				return fmt.Errorf("trim %s (%s) below %d: %w", stream, f, floor+1, err)
-			}
-			if done != nil {
-				done[f] = floor + 1
+			if !seen && wildcard(f) {
+				wild = append(wild, f)
 			}
 		}
 	}
-	return nil
+	out := make(map[string]uint64, len(own))
+	for f, floor := range own {
+		others := wild
+		if wildcard(f) {
+			others = slices.Collect(maps.Keys(own)) // a wildcard may cover any filter
+		}
+		for _, g := range others {
+			if own[g] < floor && overlap(f, g) {
+				floor = own[g]
+			}
+		}
+		out[f] = floor
+	}
+	return out
+}
+
+func wildcard(subj string) bool {
+	return subj == ">" || strings.HasSuffix(subj, ".>") || subj == "*" || strings.HasPrefix(subj, "*.") ||
+		strings.HasSuffix(subj, ".*") || strings.Contains(subj, ".*.")
 }
 
 // Depth is how many messages of stream are still to be handled: not yet
