@@ -152,20 +152,30 @@ func Depth(ctx context.Context, js jetstream.JetStream, stream string) (uint64, 
 		return 0, fmt.Errorf("depth: %w", err)
 	}
 	var n uint64
-	var read []string
+	literal := map[string]bool{}
+	var wild []string
 	for _, c := range cs {
 		n += c.pending
 		if len(c.filters) == 0 {
-			return n, nil // a consumer reads everything: no unread subject
+			wild = append(wild, ">")
 		}
-		read = append(read, c.filters...)
+		for _, f := range c.filters {
+			if wildcard(f) {
+				wild = append(wild, f)
+			} else {
+				literal[f] = true
+			}
+		}
+	}
+	if slices.Contains(wild, ">") {
+		return n, nil // a consumer reads everything: no subject is unread
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
 	if err != nil {
 		return 0, fmt.Errorf("depth of %s: %w", stream, err)
 	}
 	for subj, stored := range info.State.Subjects {
-		if !overlapsAny(subj, read) {
+		if !literal[subj] && !slices.ContainsFunc(wild, func(w string) bool { return overlap(subj, w) }) {
 			n += stored
 		}
 	}
@@ -191,18 +201,6 @@ func Pending(ctx context.Context, st jetstream.Stream, durable, subj string) (ui
 		return 0, fmt.Errorf("pending on %s: %w", subj, err)
 	}
 	return info.State.Subjects[subj], nil
-}
-
-func overlapsAny(f string, others []string) bool {
-	if len(others) == 0 {
-		return true // a consumer without filters reads the whole stream
-	}
-	for _, o := range others {
-		if overlap(f, o) {
-			return true
-		}
-	}
-	return false
 }
 
 // overlap reports whether some subject matches both filters ("*" one
