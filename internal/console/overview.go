@@ -259,10 +259,9 @@ func (s *Server) backlog(ctx context.Context, now time.Time) ([]BacklogRow, erro
 		row := BacklogRow{Capability: capability, Priority: prio}
 		start := uint64(1)
 		if ci, err := st.Consumer(ctx, subject.ReadyConsumer(capability, prio)); err == nil {
-			if cinfo, err := ci.Info(ctx); err == nil {
-				row.Pending = cinfo.NumPending
-				start = cinfo.Delivered.Stream + 1
-			}
+			cinfo := ci.CachedInfo() // fetched by Consumer
+			row.Pending = cinfo.NumPending
+			start = cinfo.Delivered.Stream + 1
 		} else {
 			row.Pending = info.State.Subjects[subj] // nobody consumes it yet
 		}

@@ -186,14 +186,12 @@ func Depth(ctx context.Context, js jetstream.JetStream, stream string) (uint64, 
 // handled by the consumer named durable, or stored on subj when that
 // consumer does not exist (nobody reads them yet).
 func Pending(ctx context.Context, st jetstream.Stream, durable, subj string) (uint64, error) {
-	c, err := st.Consumer(ctx, durable)
+	c, err := st.Consumer(ctx, durable) // one consumer info request
 	if err == nil {
-		ci, err := c.Info(ctx)
-		if err == nil {
-			return ci.NumPending + uint64(max(ci.NumAckPending, 0)), nil
-		}
+		ci := c.CachedInfo()
+		return ci.NumPending + uint64(max(ci.NumAckPending, 0)), nil
 	}
-	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, fmt.Errorf("pending on %s: %w", subj, err)
 	}
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subj))
