@@ -126,7 +126,7 @@ func checkShardHistories(t *testing.T, all map[string][]store.Revisioned, parent
 			if ev.Event.From == "" && ev.Event.Kind == task.KindTransition {
 				created++
 			}
-			if ev.Event.To == task.Running {
+			if ev.Event.EndsAttempt() {
 				runs++
 			}
 		}
@@ -140,7 +140,7 @@ func checkShardHistories(t *testing.T, all map[string][]store.Revisioned, parent
 	}
 	aggregateRuns := 0
 	for _, ev := range all[parent] {
-		if ev.Event.To == task.Running && ev.Event.Task.Phase == task.PhaseAggregate {
+		if ev.Event.EndsAttempt() && ev.Event.Task.Phase == task.PhaseAggregate {
 			aggregateRuns++
 		}
 	}

@@ -111,9 +111,19 @@ func TestP0BehindP5BacklogStartsNextRound(t *testing.T) {
 
 	const capacity = 8
 	var started atomic.Int64
+	var mu sync.Mutex
+	var bulkStarts []time.Time // when each p5 handler started
+	var urgentStart time.Time
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: capacity})
 	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
 		started.Add(1)
+		mu.Lock()
+		if j.Priority == 0 {
+			urgentStart = time.Now()
+		} else {
+			bulkStarts = append(bulkStarts, time.Now())
+		}
+		mu.Unlock()
 		if j.Priority != 0 {
 			time.Sleep(2 * time.Millisecond)
 		}
@@ -131,36 +141,24 @@ func TestP0BehindP5BacklogStartsNextRound(t *testing.T) {
 		t.Fatalf("urgent: %+v %v", got, err)
 	}
 	h, err := c.History(ctx, id)
-	if err != nil || len(h) != 3 {
+	if err != nil || len(h) != 2 || h[0].Event.To != task.Ready {
 		t.Fatalf("history %+v %v", h, err)
 	}
-	// The task histories are one totally ordered stream: count the claims
-	// of other tasks between the P0's dispatch and its own claim.
-	readyRev, runningRev := h[0].Revision, h[1].Revision
-	js, _ := jetstream.New(c.Conn())
-	cons, err := js.OrderedConsumer(ctx, subject.StreamTasks, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: readyRev + 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Count the other tasks whose handlers started between the P0's
+	// dispatch and its own start (one process, one clock).
+	readyAt := h[0].Event.At
+	mu.Lock()
 	behind := 0
-	for {
-		msg, err := cons.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		md, _ := msg.Metadata()
-		if md.Sequence.Stream >= runningRev {
-			break
-		}
-		if strings.Contains(string(msg.Data()), `"to":"running"`) {
+	for _, at := range bulkStarts {
+		if at.After(readyAt) && at.Before(urgentStart) {
 			behind++
 		}
 	}
-	t.Logf("%d other tasks were claimed between the P0's dispatch and its start", behind)
+	mu.Unlock()
+	t.Logf("%d other tasks started between the P0's dispatch and its start", behind)
 	// At most the round in flight (≤ capacity) and the round that finds it.
 	if behind > 2*capacity {
-		t.Fatalf("P0 started after %d other claims; want within the next pull round (≤ %d)", behind, 2*capacity)
+		t.Fatalf("P0 started after %d other starts; want within the next pull round (≤ %d)", behind, 2*capacity)
 	}
 	if started.Load() >= backlog {
 		t.Fatal("the backlog drained first; the test proved nothing")
@@ -333,10 +331,6 @@ func TestCancelRunningCancelsHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered
-	testenv.Eventually(t, 10*time.Second, "running", func() bool {
-		got, err := c.Get(ctx, "long")
-		return err == nil && got.State == task.Running
-	})
 	got, err := c.Cancel(ctx, "long", "operator changed their mind")
 	if err != nil || got.State != task.Cancelled {
 		t.Fatalf("cancel: %+v %v", got, err)
@@ -388,7 +382,11 @@ func TestPermanentErrorAndRetryAfter(t *testing.T) {
 
 // TestCrashLoopIsFailedNotRunForever: a task whose executors keep dying
 // while running it (connection lost mid-handler) is taken over at most
-// MaxTakeovers times, then its attempt fails and it is dead-lettered.
+// MaxTakeovers times, then its attempt fails and it is dead-lettered. The
+// first loss of an attempt that never outlived a heartbeat is not a
+// takeover anyone saw (executors write nothing when they start; the
+// redelivery may follow a hand-back): counting starts with the run that
+// the orchestrator claimed, so one more executor is lost.
 func TestCrashLoopIsFailedNotRunForever(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
@@ -400,7 +398,7 @@ func TestCrashLoopIsFailedNotRunForever(t *testing.T) {
 	if _, err := c.Submit(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	for i := range executor.DefaultMaxTakeovers + 2 {
+	for i := range executor.DefaultMaxTakeovers + 3 {
 		got, err := c.Get(ctx, "poison")
 		if err == nil && got.State.Terminal() {
 			break
@@ -473,6 +471,12 @@ func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-running
+	// Copies are told from the run by its running mark, made at its first
+	// heartbeat (a copy of a shorter run is not told: see Executor.claim).
+	testenv.Eventually(t, 30*time.Second, "marked running", func() bool {
+		got, err := c.Get(ctx, "long-1")
+		return err == nil && got.State == task.Running
+	})
 	h, err := c.History(ctx, "long-1")
 	if err != nil {
 		t.Fatal(err)

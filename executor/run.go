@@ -25,6 +25,12 @@ type execution struct {
 	cancelled atomic.Bool
 	// abandoned: the executor is stopping; the task is handed back.
 	abandoned atomic.Bool
+	// claimRev is the revision of the orchestrator's running record of the
+	// attempt (0 until one is written: see Executor.claim).
+	claimRev atomic.Uint64
+	// unmarked: the orchestrator refused to mark it running (it is no
+	// longer this executor's); heartbeats stop asking.
+	unmarked atomic.Bool
 	// msg is the dispatch; handBack gives it back once.
 	msg      jetstream.Msg
 	handBack sync.Once
@@ -41,6 +47,12 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 	var d task.Dispatch
 	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" || d.Revision == 0 {
 		e.log.Warn("dropping malformed dispatch", "error", err, "subject", msg.Subject())
+		_ = msg.Term()
+		return
+	}
+	if lvl, ok := subject.ReadyLevel(msg.Subject()); !ok || msg.Subject() != subject.Ready(d.Capability, lvl) {
+		// Its claim would go to another capability's subject.
+		e.log.Warn("dropping a dispatch whose capability is not its subject's", "subject", msg.Subject(), "capability", d.Capability, "task_id", d.ID)
 		_ = msg.Term()
 		return
 	}
@@ -84,7 +96,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 		delivered = md.NumDelivered
 	}
 	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
-	t, claimedFrom, claimRev, ok, err := e.claim(claimCtx, d, delivered)
+	t, claimRev, ok, err := e.claim(claimCtx, d, delivered)
 	cancelClaim()
 	switch {
 	case errors.Is(err, errRunningElsewhere):
@@ -114,6 +126,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	}
 
 	ex := &execution{executionID: t.ExecutionID, msg: msg}
+	ex.claimRev.Store(claimRev)
 	hctx, cancel := context.WithTimeout(ctx, t.Timeout.Std())
 	defer cancel()
 	if t.ExpiresAt != nil {
@@ -129,7 +142,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	}
 	defer e.untrack(s, t.ID, ex)
 
-	stopBeat := e.heartbeat(ex, t)
+	stopBeat := e.heartbeat(ex, t, d, delivered)
 	var result any
 	var plan *task.PlanRef
 	var herr error
@@ -166,7 +179,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	}
 	r := task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
 		Executor: e.cfg.ID, StartedAt: *t.StartedAt, FinishedAt: finished, Status: task.OutcomeSucceeded,
-		DispatchRevision: claimedFrom, ClaimRevision: claimRev}
+		DispatchRevision: d.Revision, ClaimRevision: ex.claimRev.Load()}
 	if herr == nil {
 		r.Result, herr = encodeResult(result)
 		r.Plan = plan
@@ -194,50 +207,80 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	}
 }
 
-// claim moves the task to running, a compare-and-set against the revision
-// it was dispatched at. It returns ok=false when the task must not run: it
-// was cancelled, superseded by a newer dispatch, or is run by another
-// executor. A redelivered dispatch (delivered > 1) takes over a running
-// execution: its previous executor stopped heart-beating.
-func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (claimed task.Task, from, to uint64, ok bool, err error) {
-	cur, rev := d.Task, d.Revision
-	for range 20 {
-		next := cur.Claimed(e.cfg.ID, e.cfg.Now().UTC())
-		if cur.State == task.Running {
-			next.Takeovers = cur.Takeovers + 1
-			next.Reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", e.cfg.ID, cur.Executor, delivered)
+// claim decides whether this executor runs a dispatch. Executors never
+// write task records (the orchestrator is their one writer): a first
+// delivery reads the record from the stream leader and runs the task if it
+// is still ready under the dispatch's execution id, so a task cancelled or
+// superseded while queued is not run. A redelivery, which may take over an
+// execution whose executor died, and a task with a dispatch timeout, whose
+// re-dispatch must not race its start, ask the orchestrator to claim it
+// (claimByOrchestrator). It returns ok=false when the task must not run,
+// and the revision of the orchestrator's running record (0 if none).
+func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (claimed task.Task, claimRev uint64, ok bool, err error) {
+	if delivered > 1 || d.DispatchTimeout > 0 {
+		return e.claimByOrchestrator(ctx, d, delivered, e.cfg.Now().UTC(), false)
+	}
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		cur, rev, err := e.store.Get(ctx, d.ID)
+		if err != nil {
+			return cur, 0, false, err
 		}
-		ev := task.Event{Kind: task.KindTransition, From: cur.State, To: task.Running, At: next.UpdatedAt, Actor: e.cfg.ID, Reason: next.Reason, Task: next}
-		newRev, err := e.store.Write(ctx, ev, rev)
-		if err == nil {
-			return next, rev, newRev, true, nil
-		}
-		if !errors.Is(err, store.ErrConflict) {
-			return cur, 0, 0, false, err
-		}
-		if cur, rev, err = e.store.Get(ctx, d.ID); err != nil {
-			return cur, 0, 0, false, err
+		if rev < d.Revision {
+			// A leader that is behind (cut off by a partition and not yet
+			// aware): its "ready" or "not yet" decides nothing. Read again.
+			select {
+			case <-ctx.Done():
+				return cur, 0, false, fmt.Errorf("read %s: the stream leader stayed behind its dispatch at revision %d: %w", d.ID, d.Revision, ctx.Err())
+			case <-time.After(wait):
+			}
+			continue
 		}
 		switch {
 		case cur.ExecutionID != d.ExecutionID:
-			return cur, 0, 0, false, nil
+			return cur, 0, false, nil // superseded
 		case cur.State == task.Ready:
-		case cur.State == task.Running && delivered > 1:
-			// A redelivery: its executor stopped heart-beating, unless this
-			// is a copy of the dispatch and the executor holds a live lease.
-			if held, err := e.leased(ctx, cur.ID, cur.ExecutionID); err != nil || held {
-				if err == nil {
-					err = errRunningElsewhere
-				}
-				return cur, 0, 0, false, err
-			}
+			return cur.Claimed(e.cfg.ID, e.cfg.Now().UTC()), 0, true, nil
 		case cur.State == task.Running:
-			return cur, 0, 0, false, errRunningElsewhere
+			// A copy of a dispatch whose execution runs elsewhere.
+			return cur, 0, false, errRunningElsewhere
 		default:
-			return cur, 0, 0, false, nil
+			return cur, 0, false, nil // cancelled, expired or ended
 		}
 	}
-	return cur, 0, 0, false, fmt.Errorf("claim %s: too many concurrent changes", d.ID)
+}
+
+// claimByOrchestrator asks the orchestrator to mark the dispatch's attempt
+// running on this executor (task.ClaimRequest on ax.claim.<capability>).
+func (e *Executor) claimByOrchestrator(ctx context.Context, d task.Dispatch, delivered uint64, started time.Time, mark bool) (task.Task, uint64, bool, error) {
+	data, err := json.Marshal(task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
+		Executor: e.cfg.ID, StartedAt: started, Delivered: delivered, Mark: mark})
+	if err != nil {
+		return d.Task, 0, false, fmt.Errorf("encode claim of %s: %w", d.ID, err)
+	}
+	msg, err := e.nc.RequestWithContext(ctx, subject.Claim(d.Capability), data)
+	if err != nil {
+		return d.Task, 0, false, fmt.Errorf("claim %s: %w", d.ID, err)
+	}
+	var rep task.ClaimReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return d.Task, 0, false, fmt.Errorf("claim %s: unreadable reply: %w", d.ID, err)
+	}
+	switch {
+	case rep.Error != "" && rep.Status != task.ClaimEnded:
+		return d.Task, 0, false, fmt.Errorf("claim %s: %s", d.ID, rep.Error)
+	case rep.Status == task.ClaimGranted && rep.Task != nil:
+		return *rep.Task, rep.Revision, true, nil
+	case rep.Status == task.ClaimRunningElsewhere:
+		return d.Task, 0, false, errRunningElsewhere
+	case rep.Status == task.ClaimNotFound:
+		return d.Task, 0, false, fmt.Errorf("claim %s: %w", d.ID, store.ErrNotFound)
+	case rep.Status == task.ClaimEnded:
+		if rep.Error != "" {
+			e.log.Warn("claim refused", "task_id", d.ID, "reason", rep.Error)
+		}
+		return d.Task, 0, false, nil
+	}
+	return d.Task, 0, false, fmt.Errorf("claim %s: unexpected reply %q", d.ID, rep.Status)
 }
 
 // call runs the handler (or a shardable task's planner or aggregator),
@@ -286,9 +329,10 @@ func encodeResult(v any) (json.RawMessage, error) {
 }
 
 // heartbeat extends the dispatch's lease every Heartbeat until the returned
-// func is called, and renews the task's lease record (ax.lease.<id>). It
-// costs nothing for tasks shorter than one interval.
-func (e *Executor) heartbeat(ex *execution, running task.Task) func() {
+// func is called, renews the task's lease record (ax.lease.<id>), and has
+// the orchestrator mark the attempt running if nothing did yet. It costs
+// nothing for tasks shorter than one interval.
+func (e *Executor) heartbeat(ex *execution, running task.Task, d task.Dispatch, delivered uint64) func() {
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
@@ -305,6 +349,9 @@ func (e *Executor) heartbeat(ex *execution, running task.Task) func() {
 			e.log.Debug("heartbeat failed", "error", err)
 		}
 		e.renewLease(running)
+		if ex.claimRev.Load() == 0 && !ex.unmarked.Load() {
+			e.markRunning(ex, running, d, delivered)
+		}
 		t.Reset(e.cfg.Heartbeat)
 	})
 	mu.Unlock()
@@ -313,6 +360,26 @@ func (e *Executor) heartbeat(ex *execution, running task.Task) func() {
 		defer mu.Unlock()
 		stopped = true
 		t.Stop()
+	}
+}
+
+// markRunning asks the orchestrator to mark an attempt that outlives a
+// heartbeat running, so operators see where it runs; until that succeeds
+// each heartbeat asks again.
+func (e *Executor) markRunning(ex *execution, running task.Task, d task.Dispatch, delivered uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, rev, ok, err := e.claimByOrchestrator(ctx, d, delivered, *running.StartedAt, true)
+	switch {
+	case err != nil:
+		e.log.Debug("running mark not made; asking again at the next heartbeat", "task_id", d.ID, "error", err)
+	case ok:
+		ex.claimRev.Store(rev)
+	default:
+		// Taken over, cancelled or superseded meanwhile: the cancel
+		// signal, or the report being ignored, settles it.
+		e.log.Info("running mark refused: the attempt is no longer this executor's", "task_id", d.ID)
+		ex.unmarked.Store(true)
 	}
 }
 

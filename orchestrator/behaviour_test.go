@@ -99,7 +99,7 @@ func TestIdempotentSubmitBeyondDedupWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := transitions(t, c, "same-id")
-	if count(tr, ">ready") != 1 || count(tr, "running>succeeded") != 1 {
+	if count(tr, ">ready") != 1 || count(tr, "ready>succeeded") != 1 {
 		t.Fatalf("history %v: want one creation and one success", tr)
 	}
 	if n, _ := runs.Load("same-id"); *n.(*int) != 1 {
@@ -217,7 +217,7 @@ func TestDAGReleasesExactlyOnce(t *testing.T) {
 			t.Fatalf("%s: %+v %v", id, got, err)
 		}
 		tr := transitions(t, c, id)
-		if count(tr, "waiting>ready") != 1 || count(tr, "running>succeeded") != 1 {
+		if count(tr, "waiting>ready") != 1 || count(tr, "ready>succeeded") != 1 {
 			t.Fatalf("%s released or succeeded more than once: %v", id, tr)
 		}
 	}

@@ -72,7 +72,8 @@ type Transition struct {
 	// state, and then the fields below are empty.
 	To task.State
 	// AttemptOutcome is set when the write ends an attempt (From is
-	// running): "succeeded" (a planner that moves to waiting succeeded),
+	// running, or ready for an attempt that ran without a running mark:
+	// task.Event.EndsAttempt): "succeeded" (a planner that moves to waiting succeeded),
 	// "failed" (a retry scheduled is a failed attempt), "cancelled", or
 	// the state written otherwise; "" when no attempt ended.
 	AttemptOutcome string

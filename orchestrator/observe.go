@@ -57,7 +57,10 @@ func (ob *observer) wrote(cur task.Task, next *task.Task) {
 		ob.m.TransitionWritten(tr)
 		return
 	}
-	if cur.State == task.Running {
+	if (task.Event{Kind: task.KindTransition, From: cur.State, To: next.State, Task: *next}).EndsAttempt() {
+		if cur.StartedAt == nil {
+			cur.StartedAt = next.StartedAt // an attempt that ran without a running mark
+		}
 		tr.AttemptOutcome = string(next.State)
 		switch next.State {
 		case task.Retrying:

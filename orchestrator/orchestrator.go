@@ -117,6 +117,11 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		o.bg.Wait()
 		return fmt.Errorf("orchestrator: %w", err)
 	}
+	if err := o.serveClaims(runCtx); err != nil {
+		cancel()
+		o.bg.Wait()
+		return fmt.Errorf("orchestrator: %w", err)
+	}
 	o.bg.Add(1)
 	go o.breakerLoop(runCtx)
 	o.bg.Add(1)

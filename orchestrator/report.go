@@ -32,11 +32,11 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		o.log.Warn("dropping report with unknown status", slog.String("task_id", r.ID), slog.String("status", string(r.Status)))
 		return nil
 	}
-	// Fast path: the executor claimed exactly the dispatch remembered here,
-	// so the running record is that dispatch claimed (task.Claimed) at the
-	// claim revision. The compare-and-set below verifies it: if anything
-	// else happened to the task, the write fails and the slow path reads it.
-	t, rev, known := o.claimedFromCache(r)
+	// Fast path: the attempt ran on exactly the dispatch remembered here and
+	// nothing marked it running, so the record is that dispatch's, at its
+	// revision. The compare-and-set below verifies it: if anything else
+	// happened to the task, the write fails and the slow path reads it.
+	t, rev, known := o.dispatchedFromCache(r)
 	for range maxCASRetries {
 		var err error
 		if !known {
@@ -50,18 +50,21 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		if err != nil {
 			return err
 		}
-		if r.ClaimRevision > 0 && rev < r.ClaimRevision {
-			// The executor's claim wrote a later revision than the one read:
-			// the read was served by a stream leader that was behind (one
-			// cut off by a partition, not yet aware it lost leadership).
-			// Ignoring the report on it would strand the task: read again.
-			return fmt.Errorf("report of %s: read revision %d, older than its claim at %d (a stale read); trying again", r.ID, rev, r.ClaimRevision)
+		if seen := max(r.DispatchRevision, r.ClaimRevision); rev < seen {
+			// The attempt was dispatched (or claimed) at a later revision
+			// than the one read: the read was served by a stream leader
+			// that was behind (one cut off by a partition, not yet aware it
+			// lost leadership). Ignoring the report on it would strand the
+			// task: read again.
+			return fmt.Errorf("report of %s: read revision %d, older than its attempt's at %d (a stale read); trying again", r.ID, rev, seen)
 		}
 		if t.ExecutionID != r.ExecutionID {
 			o.log.Info("ignoring result of a superseded attempt", slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("current_execution_id", t.ExecutionID))
 			return nil
 		}
-		if t.State != task.Running {
+		// Ready under the report's execution: an attempt that ended before
+		// anything marked it running (executors do not write records).
+		if t.State != task.Running && t.State != task.Ready {
 			// Already applied (a redelivered report) or the task was
 			// cancelled meanwhile: make sure the effects happened.
 			return o.ensureEffects(ctx, t, rev)
@@ -91,12 +94,12 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 	return fmt.Errorf("apply report of %s: too many concurrent changes", r.ID)
 }
 
-func (o *Orchestrator) claimedFromCache(r task.Report) (task.Task, uint64, bool) {
+func (o *Orchestrator) dispatchedFromCache(r task.Report) (task.Task, uint64, bool) {
 	d, ok := o.dispatched.take(r.ID)
-	if !ok || r.DispatchRevision == 0 || r.ClaimRevision == 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
+	if !ok || r.DispatchRevision == 0 || r.ClaimRevision != 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
 		return task.Task{}, 0, false
 	}
-	return d.task.Claimed(r.Executor, r.StartedAt), r.ClaimRevision, true
+	return d.task, d.revision, true
 }
 
 // outcome computes a running task's next record from a report.
@@ -113,6 +116,9 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	t.UpdatedAt = now
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
+	}
+	if t.Executor == "" {
+		t.Executor = r.Executor
 	}
 	if r.Status == task.OutcomeSnoozed || r.Status == task.OutcomeCancelled {
 		var reason string

@@ -143,7 +143,7 @@ func TestShardsPlanRunAggregate(t *testing.T) {
 	if err != nil || p.Total != 50 || !p.Registered || p.Ended[task.Succeeded] != 50 || p.Unfinished != 0 {
 		t.Fatalf("progress %+v, %v", p, err)
 	}
-	if path := transitions(t, e.c, "job"); strings.Join(path, " ") != ">ready ready>running running>waiting waiting>ready ready>running running>succeeded" {
+	if path := transitions(t, e.c, "job"); strings.Join(path, " ") != ">ready ready>waiting waiting>ready ready>succeeded" {
 		t.Fatalf("parent history %v", path)
 	}
 }
@@ -402,7 +402,7 @@ func TestWideFanInGraph(t *testing.T) {
 	if sinkRuns.Load() != 1 {
 		t.Fatalf("sink ran %d times", sinkRuns.Load())
 	}
-	if path := transitions(t, e.c, "sink"); strings.Join(path, " ") != ">waiting waiting>ready ready>running running>succeeded" {
+	if path := transitions(t, e.c, "sink"); strings.Join(path, " ") != ">waiting waiting>ready ready>succeeded" {
 		t.Fatalf("sink history %v", path)
 	}
 	// A wide fan-in whose upstream fails is cancelled.

@@ -166,14 +166,24 @@ type Event struct {
 // the revision it was dispatched, with its execution id and attempt.
 type Dispatch struct {
 	Task
-	// Revision is the task's revision when it was dispatched; the executor's
-	// claim is a compare-and-set against it.
+	// Revision is the task's revision when it was dispatched: a record read
+	// at an older revision is stale (a replica or leader that is behind).
 	Revision uint64 `json:"revision"`
 }
 
+// EndsAttempt reports whether the event ends an execution attempt: a move
+// out of running, or out of ready by the report of an attempt that ended
+// before anything marked it running (its record then carries StartedAt).
+func (ev Event) EndsAttempt() bool {
+	if ev.Kind != KindTransition || ev.To == Running {
+		return false
+	}
+	return ev.From == Running || (ev.From == Ready && ev.To != Ready && ev.Task.StartedAt != nil)
+}
+
 // Claimed returns t as claimed by an executor at a time: the running
-// record an executor writes. The orchestrator rebuilds the same record from a
-// report instead of reading it back.
+// record the orchestrator writes for an attempt that outlives a heartbeat,
+// is taken over, or has a dispatch timeout.
 func (t Task) Claimed(executor string, at time.Time) Task {
 	t.State = Running
 	t.Executor = executor
@@ -225,9 +235,11 @@ type Report struct {
 	// StartedAt and FinishedAt bound the handler's run.
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
-	// DispatchRevision and ClaimRevision are the task's revision when it was
-	// dispatched and after the executor's claim. The orchestrator uses them
-	// to skip reading the task back; they are hints, checked by CAS.
+	// DispatchRevision is the task's revision when it was dispatched, and
+	// ClaimRevision its revision after the orchestrator marked the attempt
+	// running (0 when nothing did). The orchestrator uses them to skip
+	// reading the task back and to recognise a stale read; they are hints,
+	// checked by CAS.
 	DispatchRevision uint64 `json:"dispatch_revision,omitempty"`
 	ClaimRevision    uint64 `json:"claim_revision,omitempty"`
 	// Permanent asks for no retry of a failure.
@@ -328,6 +340,57 @@ type Lease struct {
 	Executor string `json:"executor"`
 	// At is the heartbeat that renewed it last.
 	At time.Time `json:"at"`
+}
+
+// ClaimRequest is what an executor asks the orchestrator on
+// ax.claim.<capability> (a request with a reply): to mark an attempt it runs
+// as running. Executors never write task records; the orchestrator, their
+// one writer, makes the claim a compare-and-set on the record. An executor
+// asks when it takes over a redelivered dispatch, starts a task that has a
+// dispatch timeout, or its attempt outlives a heartbeat.
+type ClaimRequest struct {
+	// ID, ExecutionID and Revision name the dispatch (Dispatch.Revision).
+	ID          string `json:"id"`
+	ExecutionID string `json:"execution_id"`
+	Revision    uint64 `json:"revision"`
+	// Executor is the executor asking; StartedAt when its handler started
+	// (or starts, for a claim before the start).
+	Executor  string    `json:"executor"`
+	StartedAt time.Time `json:"started_at"`
+	// Delivered is the dispatch's delivery count: a redelivery (> 1) may
+	// take over an execution whose executor stopped heart-beating.
+	Delivered uint64 `json:"delivered"`
+	// Mark says the attempt already runs on this executor (it outlived a
+	// heartbeat): granted again if the record says so already. Without
+	// it the claim is for a start, and a running record is another run's.
+	Mark bool `json:"mark,omitempty"`
+}
+
+// ClaimStatus is the orchestrator's answer to a claim.
+type ClaimStatus string
+
+// The answers to a claim.
+const (
+	// ClaimGranted: the record now says running on the asking executor
+	// (Task and Revision are that record).
+	ClaimGranted ClaimStatus = "granted"
+	// ClaimRunningElsewhere: another executor holds the execution with a
+	// live lease; ask again after the ack wait.
+	ClaimRunningElsewhere ClaimStatus = "running_elsewhere"
+	// ClaimEnded: the execution is over (the task was cancelled, expired,
+	// superseded by a newer dispatch, or ended): do not run it.
+	ClaimEnded ClaimStatus = "ended"
+	// ClaimNotFound: no record of the task (a leader read).
+	ClaimNotFound ClaimStatus = "not_found"
+)
+
+// ClaimReply is the orchestrator's answer to a ClaimRequest.
+type ClaimReply struct {
+	Status   ClaimStatus `json:"status"`
+	Task     *Task       `json:"task,omitempty"`
+	Revision uint64      `json:"revision,omitempty"`
+	// Error says why the claim could not be decided (try again later).
+	Error string `json:"error,omitempty"`
 }
 
 // CommandReply is what the orchestrator answers on the Ax-Reply-To subject.

@@ -60,7 +60,10 @@ func (s State) Valid() bool {
 var transitions = map[State][]State{
 	// Waiting → Succeeded/Failed: a sharded task's shards ended (no aggregator, or the policy failed it).
 	Waiting: {Ready, Waiting, Succeeded, Failed, Cancelled, Expired},
-	Ready:   {Running, Ready, Failed, Cancelled, Expired},
+	// Ready → Succeeded/Retrying/Waiting/Failed: an executor's report of an
+	// attempt that ended before anything marked it running (executors do
+	// not write records; see Running).
+	Ready: {Running, Ready, Succeeded, Retrying, Waiting, Failed, Cancelled, Expired},
 	// Running → Waiting: a shardable task's planner succeeded; it waits for its shards.
 	Running:   {Succeeded, Retrying, Failed, Running, Waiting, Cancelled, Expired},
 	Retrying:  {Ready, Retrying, Cancelled, Expired},

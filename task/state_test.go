@@ -1,6 +1,9 @@
 package task
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestTransitionTable(t *testing.T) {
 	allowed := map[[2]State]bool{}
@@ -27,12 +30,14 @@ func TestTransitionTable(t *testing.T) {
 	}
 	// The moves the orchestrator relies on.
 	for _, m := range [][2]State{{Waiting, Ready}, {Ready, Running}, {Running, Succeeded}, {Running, Retrying},
-		{Retrying, Ready}, {Running, Failed}, {Failed, Ready}, {Running, Running}, {Waiting, Cancelled}, {Cancelled, Waiting}} {
+		{Retrying, Ready}, {Running, Failed}, {Failed, Ready}, {Running, Running}, {Waiting, Cancelled}, {Cancelled, Waiting},
+		// An attempt that ended before anything marked it running.
+		{Ready, Succeeded}, {Ready, Retrying}, {Ready, Waiting}} {
 		if !CanTransition(m[0], m[1]) {
 			t.Errorf("%s -> %s must be allowed", m[0], m[1])
 		}
 	}
-	for _, m := range [][2]State{{Succeeded, Ready}, {Cancelled, Ready}, {Waiting, Running}, {Retrying, Running}, {Ready, Succeeded}} {
+	for _, m := range [][2]State{{Succeeded, Ready}, {Cancelled, Ready}, {Waiting, Running}, {Retrying, Running}, {Retrying, Succeeded}} {
 		if CanTransition(m[0], m[1]) {
 			t.Errorf("%s -> %s must be refused", m[0], m[1])
 		}
@@ -54,5 +59,30 @@ func TestTablesCannotBeChangedByCallers(t *testing.T) {
 	}
 	if len(States()) != 8 || !Waiting.Valid() || State("hijacked").Valid() {
 		t.Fatalf("states %v", States())
+	}
+}
+
+// TestEndsAttempt: which events close an attempt — out of running, or out
+// of ready by a report (the record then has StartedAt) — and which do not.
+func TestEndsAttempt(t *testing.T) {
+	started := time.Now()
+	ran := Task{StartedAt: &started}
+	for _, c := range []struct {
+		ev   Event
+		want bool
+	}{
+		{Event{Kind: KindTransition, From: Running, To: Succeeded}, true},
+		{Event{Kind: KindTransition, From: Running, To: Running}, false},
+		{Event{Kind: KindTransition, From: Ready, To: Running, Task: ran}, false},
+		{Event{Kind: KindTransition, From: Ready, To: Succeeded, Task: ran}, true},
+		{Event{Kind: KindTransition, From: Ready, To: Retrying, Task: ran}, true},
+		{Event{Kind: KindTransition, From: Ready, To: Cancelled}, false},
+		{Event{Kind: KindTransition, From: Ready, To: Ready}, false},
+		{Event{Kind: KindTransition, From: Ready, To: Ready, Task: ran}, false},
+		{Event{Kind: KindDependentAdded, From: Running, To: Running}, false},
+	} {
+		if got := c.ev.EndsAttempt(); got != c.want {
+			t.Errorf("%s %s→%s (started %v) ends an attempt = %v, want %v", c.ev.Kind, c.ev.From, c.ev.To, c.ev.Task.StartedAt != nil, got, c.want)
+		}
 	}
 }

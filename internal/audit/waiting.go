@@ -68,7 +68,8 @@ func (a *Auditor) Waiting(ctx context.Context, id string) (WaitReport, error) {
 		}
 	case "ready":
 		r.Explanation = fmt.Sprintf("ready since %s: queued on capability %q at priority p%d (attempt %d of %d), "+
-			"waiting for an executor of that capability with free capacity", since(), t.Capability, t.Priority, t.Attempt, t.MaxRetries+1)
+			"waiting for an executor of that capability with free capacity, or running on one for less than a heartbeat "+
+			"(a short attempt is marked running only if it outlives one)", since(), t.Capability, t.Priority, t.Attempt, t.MaxRetries+1)
 		if t.Dispatches > 1 {
 			r.Explanation += fmt.Sprintf("; dispatched %d times already without being started", t.Dispatches)
 		}

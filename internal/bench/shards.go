@@ -135,7 +135,7 @@ func shardsRun(ctx context.Context, cfg ShardsConfig, n int) (ShardsRun, error) 
 	for _, ev := range h {
 		e := ev.Event
 		switch {
-		case e.From == task.Running && e.To == task.Waiting:
+		case e.EndsAttempt() && e.To == task.Waiting: // the planner ended
 			planned = e.At
 		case e.Kind == task.KindShardsRegistered:
 			registered = e.At

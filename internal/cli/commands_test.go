@@ -112,7 +112,7 @@ func TestCommandsAgainstAStack(t *testing.T) {
 	}
 	st := axJSON("status", "cli-ok").(map[string]any)
 	history, _ := st["history"].([]any)
-	if len(history) < 3 {
+	if len(history) < 2 { // ready, then succeeded (a short attempt is never marked running)
 		t.Fatalf("status -o json history %v", st["history"])
 	}
 	first := history[0].(map[string]any)

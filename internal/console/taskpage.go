@@ -98,8 +98,10 @@ func (a Attempt) Duration(now time.Time) time.Duration {
 	return now.Sub(a.Started)
 }
 
-// attempts rebuilds the attempts from a task's history: a claim (→ running)
-// opens one, the move out of running closes it with its outcome and error.
+// attempts rebuilds the attempts from a task's history: a running mark
+// (→ running) opens one, its end (task.Event.EndsAttempt) closes it with its
+// outcome and error; a short attempt never marked running is opened and
+// closed by its end.
 func attempts(h []store.Revisioned) []Attempt {
 	var out []Attempt
 	open := -1
@@ -121,7 +123,19 @@ func attempts(h []store.Revisioned) []Attempt {
 			}
 			out = append(out, a)
 			open = len(out) - 1
-		case ev.From == task.Running && open >= 0:
+		case ev.EndsAttempt():
+			if open < 0 {
+				started := ev.At
+				if t.StartedAt != nil {
+					started = *t.StartedAt
+				}
+				a := Attempt{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Executor: t.Executor, Started: started}
+				if planned {
+					a.Step = "aggregator"
+				}
+				out = append(out, a)
+				open = len(out) - 1
+			}
 			at := ev.At
 			a := &out[open]
 			a.Ended = &at
@@ -279,7 +293,7 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 			out = append(out, "Waiting"+since(&t.UpdatedAt)+": "+t.Reason)
 		}
 	case task.Ready:
-		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity.",
+		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity (or started less than a heartbeat ago: a short attempt is marked running only if it outlives one).",
 			since(t.ReadyAt), t.Capability, t.PriorityLevel(), t.Attempt, t.RetryLimit()+1))
 		if !s.watch.serves(t.Capability) {
 			out = append(out, fmt.Sprintf("No executor serving capability %q was seen in the last %s.", t.Capability, executorIdle))

@@ -122,7 +122,7 @@ func (w *watcher) apply(ev task.Event, md *jetstream.MsgMetadata) {
 		return
 	}
 	w.track(ev)
-	if ev.From == task.Running && ev.To != task.Running && ev.To != task.Waiting {
+	if ev.EndsAttempt() && ev.To != task.Waiting {
 		b := ev.At.Truncate(bucketSize).Unix()
 		m := w.buckets[b]
 		if m == nil {
@@ -149,29 +149,33 @@ func (w *watcher) apply(ev task.Event, md *jetstream.MsgMetadata) {
 	}
 }
 
-// track follows claims: a task entering running names its executor.
+// track follows who runs what: a task marked running names its executor,
+// and so does the end of an attempt (a short one is never marked).
 func (w *watcher) track(ev task.Event) {
 	t := ev.Task
 	if ev.To == task.Running && t.Executor != "" {
-		e := w.executors[t.Executor]
-		if e == nil {
-			e = &executorState{caps: map[string]bool{}}
-			w.executors[t.Executor] = e
-		}
-		e.caps[t.Capability] = true
-		if ev.At.After(e.lastSeen) {
-			e.lastSeen = ev.At
-		}
+		w.seen(t.Executor, t.Capability, ev.At)
 		w.running[t.ID] = runningTask{executor: t.Executor, cost: t.EstimatedCost}
 		return
 	}
-	if ev.From == task.Running {
-		if r, ok := w.running[t.ID]; ok {
-			if e := w.executors[r.executor]; e != nil && ev.At.After(e.lastSeen) {
-				e.lastSeen = ev.At
-			}
-			delete(w.running, t.ID)
+	if ev.EndsAttempt() {
+		if t.Executor != "" {
+			w.seen(t.Executor, t.Capability, ev.At)
 		}
+		delete(w.running, t.ID)
+	}
+}
+
+// seen notes an executor serving a capability at a time.
+func (w *watcher) seen(executor, capability string, at time.Time) {
+	e := w.executors[executor]
+	if e == nil {
+		e = &executorState{caps: map[string]bool{}}
+		w.executors[executor] = e
+	}
+	e.caps[capability] = true
+	if at.After(e.lastSeen) {
+		e.lastSeen = at
 	}
 }
 
@@ -219,7 +223,7 @@ func (w *watcher) series(window time.Duration) Series {
 	return s
 }
 
-// ExecutorRow is an executor seen claiming or finishing a task lately.
+// ExecutorRow is an executor seen running or finishing a task lately.
 type ExecutorRow struct {
 	ID           string    `json:"id"`
 	Capabilities []string  `json:"capabilities"`

@@ -197,11 +197,12 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 
 	// Newer paths: a delayed task, one nobody serves (re-dispatched, then
 	// failed without ever starting), one that expires while running (its
-	// ttl leaves a loaded executor time to claim it first).
+	// ttl leaves a loaded executor time to start it and have it marked
+	// running at its first heartbeat, AckWait/3, before it expires).
 	extra := []task.Spec{
 		{Type: demo.TypeNoop, Priority: new(2), Delay: task.Duration(100 * time.Millisecond)},
 		{Type: demo.TypeNoop, Priority: new(2), Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
-		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: new(2), TTL: task.Duration(time.Second)},
+		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: new(2), TTL: task.Duration(3 * time.Second)},
 	}
 	for _, sp := range extra {
 		id, err := c.Submit(ctx, sp)

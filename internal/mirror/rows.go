@@ -223,8 +223,9 @@ func stateSince(ev task.Event) time.Time {
 }
 
 // attemptRowOf maps an event to what it says about an execution attempt:
-// a claim or takeover (→ running) opens it, a transition out of running
-// closes it with an outcome. Other events say nothing about attempts.
+// a claim or takeover (→ running) opens it, the end of an attempt (out of
+// running, or out of ready by a report: task.Event.EndsAttempt) closes it
+// with an outcome, opening it too when nothing marked it running. Other events say nothing about attempts.
 func attemptRowOf(r record) (attemptRow, bool) {
 	ev := r.Event
 	t := ev.Task
@@ -248,7 +249,7 @@ func attemptRowOf(r record) (attemptRow, bool) {
 	case ev.To == task.Running:
 		row.Outcome = OutcomeRunning
 		return row, true
-	case ev.From == task.Running:
+	case ev.EndsAttempt():
 		at := utc(ev.At)
 		row.FinishedAt = &at
 		switch ev.To {

@@ -66,7 +66,7 @@ func (p *Metrics) TransitionWritten(t orchestrator.Transition) {
 		p.flow.Attempts.WithLabelValues(t.Type, t.AttemptOutcome).Inc()
 	}
 	switch {
-	case t.From == task.Running && t.To == task.Retrying:
+	case t.AttemptOutcome != "" && t.To == task.Retrying:
 		p.flow.Retries.WithLabelValues(t.Type).Inc()
 	case t.To == task.Failed:
 		p.flow.DeadLetters.WithLabelValues(t.Type).Inc()

@@ -1,0 +1,164 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Claims. Executors never write task records: the orchestrator is their
+// one writer. A first delivery of a dispatch runs on a leader read alone
+// (the record still ready under its execution id); the executor's report
+// then moves the record from ready to the attempt's outcome. An executor
+// asks the orchestrator to mark an attempt running (a compare-and-set, as
+// any transition) only when that decides something: it takes over a
+// redelivered dispatch (the takeover is counted and checked against a live
+// lease), the task has a dispatch timeout (whose re-dispatch must not race
+// its start), or the attempt outlives a heartbeat (so operators see it
+// running).
+
+const (
+	// claimQueue is the queue group the orchestrators answer claims in.
+	claimQueue = "ax-orchestrator"
+	// claimWorkers answer claims concurrently: each is a leader read and
+	// at most one write.
+	claimWorkers = 8
+	// claimBacklog bounds the claims waiting for a worker; beyond it a
+	// claim is dropped and its executor asks again after its timeout.
+	claimBacklog = 4096
+)
+
+// serveClaims answers claims (ax.claim.<capability>) until ctx ends, in
+// one queue group with the other orchestrators. The workers are owned by
+// o.bg.
+func (o *Orchestrator) serveClaims(ctx context.Context) error {
+	ch := make(chan *nats.Msg, claimBacklog)
+	sub, err := o.nc.ChanQueueSubscribe(subject.ClaimAll, claimQueue, ch)
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", subject.ClaimAll, err)
+	}
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+	}()
+	for range claimWorkers {
+		o.bg.Add(1)
+		go func() {
+			defer o.bg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m := <-ch:
+					o.answerClaim(ctx, m)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// answerClaim decides one claim and replies.
+func (o *Orchestrator) answerClaim(ctx context.Context, m *nats.Msg) {
+	var req task.ClaimRequest
+	var rep task.ClaimReply
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.ID == "" || req.ExecutionID == "" || req.Executor == "" {
+		o.log.Warn("ignoring a malformed claim", slog.Any("error", err), slog.String("subject", m.Subject))
+		rep = task.ClaimReply{Error: "malformed claim: id, execution_id and executor are required"}
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rep = o.claim(cctx, subject.CapabilityFromClaim(m.Subject), req)
+		cancel()
+	}
+	data, _ := json.Marshal(rep)
+	if err := m.Respond(data); err != nil {
+		o.log.Debug("claim reply not sent", slog.Any("error", err))
+	}
+}
+
+// claim marks req's attempt running on its executor if the record allows:
+// ready under the same execution, running on the same executor (a mark
+// asked again), or running on an executor whose lease expired and req is a redelivery (a
+// takeover, counted). The capability is the claim subject's: an executor
+// may only claim tasks of the capabilities it may ask for.
+func (o *Orchestrator) claim(ctx context.Context, capability string, req task.ClaimRequest) task.ClaimReply {
+	for range maxCASRetries {
+		cur, rev, err := o.store.Get(ctx, req.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return task.ClaimReply{Status: task.ClaimNotFound}
+		}
+		if err != nil {
+			return task.ClaimReply{Error: err.Error()}
+		}
+		if rev < req.Revision {
+			// The stream leader answered behind the dispatch (one cut off
+			// by a partition): deciding on it could end a live attempt.
+			return task.ClaimReply{Error: fmt.Sprintf("read revision %d of %s, older than its dispatch at %d (a stale read); ask again", rev, req.ID, req.Revision)}
+		}
+		if cur.Capability != capability {
+			o.log.Warn("refusing a claim made for another capability", slog.String("task_id", req.ID),
+				slog.String("capability", cur.Capability), slog.String("claimed_as", capability), slog.String("executor", req.Executor))
+			return task.ClaimReply{Status: task.ClaimEnded, Error: fmt.Sprintf("task %s is of capability %q, not %q", req.ID, cur.Capability, capability)}
+		}
+		var next task.Task
+		var reason string
+		switch {
+		case cur.ExecutionID != req.ExecutionID || (cur.State != task.Ready && cur.State != task.Running):
+			return task.ClaimReply{Status: task.ClaimEnded}
+		case cur.State == task.Running && req.Mark && cur.Executor == req.Executor:
+			return task.ClaimReply{Status: task.ClaimGranted, Task: &cur, Revision: rev}
+		case cur.State == task.Running && req.Mark:
+			return task.ClaimReply{Status: task.ClaimRunningElsewhere} // taken over: a mark takes nothing
+		case cur.State == task.Running && req.Delivered > 1:
+			held, err := o.leased(ctx, cur)
+			if err != nil {
+				return task.ClaimReply{Error: err.Error()}
+			}
+			if held {
+				return task.ClaimReply{Status: task.ClaimRunningElsewhere}
+			}
+			next = cur.Claimed(req.Executor, claimStart(req, o.now()))
+			next.Takeovers = cur.Takeovers + 1
+			reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", req.Executor, cur.Executor, req.Delivered)
+		case cur.State == task.Running:
+			return task.ClaimReply{Status: task.ClaimRunningElsewhere}
+		default: // ready under this execution
+			next = cur.Claimed(req.Executor, claimStart(req, o.now()))
+			reason = next.Reason
+		}
+		newRev, err := o.write(ctx, cur, rev, &next, reason)
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return task.ClaimReply{Error: err.Error()}
+		}
+		if err := o.ensureEffects(ctx, next, newRev); err != nil {
+			// The claim stands; the reconciler's watch of the running
+			// task is armed again by its next look or by the report.
+			o.log.Warn("claim written; its effects not ensured yet", slog.String("task_id", req.ID), slog.Any("error", err))
+		}
+		return task.ClaimReply{Status: task.ClaimGranted, Task: &next, Revision: newRev}
+	}
+	return task.ClaimReply{Error: fmt.Sprintf("claim %s: too many concurrent changes", req.ID)}
+}
+
+// claimStart is when the claimed attempt started: the executor's time,
+// unless it is missing or ahead of the orchestrator's clock.
+func claimStart(req task.ClaimRequest, now time.Time) time.Time {
+	if req.StartedAt.IsZero() || req.StartedAt.After(now) {
+		return now
+	}
+	return req.StartedAt.UTC()
+}
