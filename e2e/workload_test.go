@@ -673,10 +673,10 @@ func checkWorkload(t *testing.T, cl *sdk.Client, js jetstream.JetStream, w *work
 		}
 		var (
 			creations, succeeded, released, attempts, takeovers, retries int
-			cancelFromActive                                           bool
-			prev                                                       task.State
-			prevTask                                                   task.Task
-			releaseRev                                                 uint64
+			cancelFromActive                                             bool
+			prev                                                         task.State
+			prevTask                                                     task.Task
+			releaseRev                                                   uint64
 		)
 		for i, r := range h {
 			ev := r.Event
