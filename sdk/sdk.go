@@ -277,7 +277,7 @@ func (c *Client) History(ctx context.Context, id string) ([]task.HistoryEntry, e
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, err
+		return h, err
 	}
 	for i := range h {
 		if err := c.decodeTask(ctx, &h[i].Event.Task); err != nil {
