@@ -32,6 +32,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/orchestrator"
@@ -62,6 +63,10 @@ type Options struct {
 	// Timeout bounds each wait of RunTask and WaitTask. Default
 	// DefaultTimeout.
 	Timeout time.Duration
+	// Codec encodes the payloads Client submits and decodes them in the
+	// executors (their Config.Codec, unless set): payload encryption
+	// end to end (see package codec). Default nil: none.
+	Codec codec.Codec
 	// Logger receives the executor's logs. Default: none.
 	Logger *slog.Logger
 }
@@ -81,6 +86,7 @@ type Env struct {
 
 	timeout time.Duration
 	logger  *slog.Logger
+	codec   codec.Codec
 	dir     string
 	srv     *natsserver.Server
 
@@ -117,7 +123,7 @@ func New(ctx context.Context, opts *Options) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("axtest: temp dir: %w", err)
 	}
-	env := &Env{timeout: o.Timeout, logger: o.Logger, dir: dir}
+	env := &Env{timeout: o.Timeout, logger: o.Logger, codec: o.Codec, dir: dir}
 	if err := env.start(ctx, o); err != nil {
 		_ = env.Close(context.Background())
 		return nil, err
@@ -156,6 +162,7 @@ func (e *Env) start(ctx context.Context, o Options) error {
 	if e.Client, err = sdk.New(ctx, cnc); err != nil {
 		return fmt.Errorf("axtest: new client: %w", err)
 	}
+	e.Client.Codec = o.Codec
 	return nil
 }
 
@@ -173,10 +180,14 @@ func (e *Env) conn() (*nats.Conn, error) {
 
 // NewExecutor creates another executor on its own connection (not
 // started; Close stops it): to test capabilities, capacity, or a shutdown
-// while another executor stays up. Its Logger defaults to Options.Logger.
+// while another executor stays up. Its Logger and Codec default to
+// Options.Logger and Options.Codec.
 func (e *Env) NewExecutor(cfg executor.Config) (*executor.Executor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = e.logger
+	}
+	if cfg.Codec == nil {
+		cfg.Codec = e.codec
 	}
 	nc, err := e.conn()
 	if err != nil {

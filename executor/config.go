@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/task"
 )
 
@@ -73,6 +74,13 @@ type Config struct {
 	// per-capability metrics (executor/promexec), tracing
 	// (executor/exectrace), logging. Default none.
 	Hooks []AttemptHook
+	// Codec decodes each task's payload before its handler sees
+	// Job.Payload, and encodes the shard payloads a planner returns; use
+	// the producers' codec (sdk.Client.Codec). A payload that does not
+	// decode fails its attempt permanently, naming the cause (wrap the
+	// codec with codec.AcceptClear to run payloads submitted in clear
+	// too). Results are not encoded. Default nil: payloads as submitted.
+	Codec codec.Codec
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }

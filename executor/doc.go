@@ -10,7 +10,9 @@
 // Register a Handler (or a function) per task type: Handle, HandleFunc,
 // HandleTyped (payload decoded into a Go type), HandleArgs (River-style
 // payload types that name their task type, see task.Args) and
-// HandleShards (map → shards → reduce).
+// HandleShards (map → shards → reduce). With Config.Codec set (package
+// codec), a job's Payload arrives decoded: producers encrypt, the
+// orchestrator never sees it in clear.
 //
 // # Outcomes
 //

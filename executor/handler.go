@@ -14,8 +14,9 @@ type Job struct {
 	ID string
 	// Type is the task's type, the key its handler is registered under.
 	Type string
-	// Payload is the task's payload as submitted (JSON); HandleTyped and
-	// HandleArgs decode it for the handler.
+	// Payload is the task's payload as submitted (JSON), decoded with
+	// Config.Codec when one is set; HandleTyped and HandleArgs decode it
+	// for the handler.
 	Payload json.RawMessage
 	// Priority is the task's priority, 0 (highest) to 5.
 	Priority int

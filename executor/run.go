@@ -290,7 +290,12 @@ func (e *Executor) call(ctx context.Context, t task.Task, traceParent string) (r
 	if h == nil {
 		return nil, nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
 	}
-	job := &Job{ID: t.ID, Type: t.Type, Payload: t.Payload, Priority: t.PriorityLevel(), Capability: t.Capability,
+	payload, err := e.decodePayload(ctx, t) // Config.Codec (codec.go)
+	if err != nil {
+		return nil, nil, err
+	}
+	h = e.encodeShards(h)
+	job := &Job{ID: t.ID, Type: t.Type, Payload: payload, Priority: t.PriorityLevel(), Capability: t.Capability,
 		Attempt: t.Attempt, MaxRetries: t.RetryLimit(), ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost,
 		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex, TraceParent: traceParent}
 	if t.Shardable && job.Phase == "" {

@@ -33,4 +33,13 @@
 //
 // The table comes from Migrate (embedded migrations; `ax relay` runs them)
 // or, for applications with their own migration tool, from Schema.
+//
+// # Encrypted payloads
+//
+// With a payload codec (package codec), encode the payload before Enqueue,
+// so the ax_outbox row, the relay and AX hold only the encoded form:
+//
+//	spec.Payload, err = codec.EncodePayload(ctx, c, spec.Payload)
+//
+// The relay needs no key; executors with the same codec decode it.
 package outbox

@@ -8,6 +8,10 @@
 // (River-style task.Args) and SubmitTyped are the producer's side of
 // executor.HandleArgs and executor.HandleTyped.
 //
+// Payloads can be encrypted end to end: set Client.Codec (package codec)
+// and the same codec in the executors' Config.Codec; AX then stores and
+// carries only the encoded payloads.
+//
 // A Client is safe for concurrent use. The sdk pulls in no logging or
 // metrics library.
 //

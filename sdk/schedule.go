@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -19,6 +20,16 @@ import (
 func (c *Client) CreateSchedule(ctx context.Context, s task.Schedule) (*task.Schedule, error) {
 	if err := s.ValidateDefinition(c.MaxPayload); err != nil {
 		return nil, fmt.Errorf("invalid schedule: %w", err)
+	}
+	if c.Codec != nil && len(s.Template.Payload) > 0 {
+		enc, err := codec.EncodePayload(ctx, c.Codec, s.Template.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("schedule %s: template: %w", s.Name, err)
+		}
+		s.Template.Payload = enc
+		if err := s.ValidateDefinition(c.MaxPayload); err != nil {
+			return nil, fmt.Errorf("invalid schedule once its template's payload is encoded: %w", err)
+		}
 	}
 	body, err := json.Marshal(s)
 	if err != nil {
@@ -70,6 +81,9 @@ func (c *Client) Schedule(ctx context.Context, name string) (*task.Schedule, err
 	var s task.Schedule
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
 		return nil, fmt.Errorf("decode schedule %s: %w", name, err)
+	}
+	if err := c.decodeSpec(ctx, &s.Template); err != nil {
+		return nil, fmt.Errorf("schedule %s: template: %w", name, err)
 	}
 	return &s, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/scan"
@@ -50,7 +51,17 @@ type Client struct {
 	store    *store.Store
 	ownsConn bool
 	// MaxPayload is checked client-side before submitting. Default 256 KiB.
+	// With a Codec it bounds the encoded payload, as the orchestrator does.
 	MaxPayload int
+	// Codec, when set, encodes the payload of every task the client
+	// submits (Submit, SubmitMany, SubmitGraph, a Submitter's tasks and a
+	// schedule's template) and decodes the payloads it reads back (Get,
+	// Wait, History, DeadLetters, Schedule, Schedules and the tasks
+	// commands return); a payload it did not encode is read as it is.
+	// Executors need the same codec (executor.Config.Codec). Results are
+	// not encoded. Set it before the client is used. Default nil: payloads
+	// travel as given.
+	Codec codec.Codec
 }
 
 // Connect dials NATS at url and returns a client that closes the connection
@@ -97,8 +108,9 @@ func (c *Client) Close() {
 // Conn returns the client's NATS connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }
 
-// prepare fills defaults and an id, and validates a spec.
-func (c *Client) prepare(s *task.Spec) error {
+// prepare fills defaults and an id, validates a spec and encodes its
+// payload with the client's codec.
+func (c *Client) prepare(ctx context.Context, s *task.Spec) error {
 	if s.ID == "" {
 		s.ID = task.NewID()
 	}
@@ -106,7 +118,7 @@ func (c *Client) prepare(s *task.Spec) error {
 	if err := s.Validate(c.MaxPayload); err != nil {
 		return fmt.Errorf("invalid task %s: %w", s.ID, err)
 	}
-	return nil
+	return c.encodeSpec(ctx, s)
 }
 
 // Submit validates spec, fills its defaults and id (a sortable unique id when
@@ -116,21 +128,28 @@ func (c *Client) prepare(s *task.Spec) error {
 // submission was rejected has it evaluated anew. Fields left unset take
 // their defaults (see task.Spec).
 func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
-	if err := c.prepare(&spec); err != nil {
+	if err := c.prepare(ctx, &spec); err != nil {
 		return "", err
 	}
 	data, err := json.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
-	ack, err := c.js.PublishMsg(ctx, submission(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), data), jetstream.WithMsgID(msgID(spec.ID, data)))
+	return spec.ID, c.publishSpec(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), spec.ID, data)
+}
+
+// publishSpec publishes a prepared spec's body on subj and waits for
+// JetStream to store it; a body JetStream de-duplicated is handled by
+// resubmitIfRejected.
+func (c *Client) publishSpec(ctx context.Context, subj, id string, data []byte) error {
+	ack, err := c.js.PublishMsg(ctx, submission(ctx, subj, data), jetstream.WithMsgID(msgID(id, data)))
 	if err != nil {
-		return "", fmt.Errorf("submit task %s: %w", spec.ID, err)
+		return fmt.Errorf("submit task %s: %w", id, err)
 	}
 	if ack.Duplicate {
-		return spec.ID, c.resubmitIfRejected(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), spec.ID, data)
+		return c.resubmitIfRejected(ctx, subj, id, data)
 	}
-	return spec.ID, nil
+	return nil
 }
 
 // msgID de-duplicates retries of one submission (JetStream's window): the
@@ -174,7 +193,7 @@ func (c *Client) resubmitIfRejected(ctx context.Context, subj, id string, data [
 func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, error) {
 	ids := make([]string, len(specs))
 	for i := range specs {
-		if err := c.prepare(&specs[i]); err != nil {
+		if err := c.prepare(ctx, &specs[i]); err != nil {
 			return nil, err
 		}
 		ids[i] = specs[i].ID
@@ -199,6 +218,9 @@ func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, 
 func (c *Client) Get(ctx context.Context, id string) (*task.Task, error) {
 	t, _, err := c.store.Get(ctx, id)
 	if err == nil {
+		if err := c.decodeTask(ctx, &t); err != nil {
+			return nil, err
+		}
 		if t.HasDependents {
 			if t.Dependents, err = c.Dependents(ctx, id); err != nil {
 				return nil, err
@@ -254,7 +276,15 @@ func (c *Client) History(ctx context.Context, id string) ([]task.HistoryEntry, e
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	return h, err
+	if err != nil {
+		return h, err
+	}
+	for i := range h {
+		if err := c.decodeTask(ctx, &h[i].Event.Task); err != nil {
+			return nil, fmt.Errorf("event %d: %w", h[i].Revision, err)
+		}
+	}
+	return h, nil
 }
 
 // Wait blocks until the task reaches a terminal state (succeeded, failed,
@@ -328,7 +358,7 @@ func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 			return nil, fmt.Errorf("decode task %s: %w", id, err)
 		}
 		if ev.Task.State.Terminal() {
-			return &ev.Task, nil
+			return &ev.Task, c.decodeTask(ctx, &ev.Task)
 		}
 	}
 }
@@ -407,6 +437,16 @@ func (c *Client) send(ctx context.Context, kind, id string, body []byte) (*task.
 	if err := json.Unmarshal(resp.Data, &rep); err != nil {
 		return nil, fmt.Errorf("%s %s: decode reply: %w", kind, id, err)
 	}
+	if rep.Task != nil {
+		if err := c.decodeTask(ctx, rep.Task); err != nil {
+			return &rep, fmt.Errorf("%s %s: done, but: %w", kind, id, err)
+		}
+	}
+	if rep.Schedule != nil {
+		if err := c.decodeSpec(ctx, &rep.Schedule.Template); err != nil {
+			return &rep, fmt.Errorf("%s %s: done, but: %w", kind, id, err)
+		}
+	}
 	return &rep, nil
 }
 
@@ -436,6 +476,9 @@ func (c *Client) DeadLetters(ctx context.Context) ([]task.DeadLetter, error) {
 		}
 		var dl task.DeadLetter
 		if err := json.Unmarshal(msg.Data(), &dl); err == nil {
+			if err := c.decodeSpec(ctx, &dl.Spec); err != nil {
+				return out, fmt.Errorf("dead letters: %w", err)
+			}
 			out = append(out, dl)
 		}
 		md, err := msg.Metadata()
@@ -491,7 +534,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 	bodies := make([][]byte, len(specs))
 	futures := make([]jetstream.PubAckFuture, 0, len(specs))
 	for i := range specs {
-		if err := c.prepare(&specs[i]); err != nil {
+		if err := c.prepare(ctx, &specs[i]); err != nil {
 			return nil, err
 		}
 		data, err := json.Marshal(specs[i])

@@ -156,7 +156,7 @@ type Submitter struct {
 // pendingTask is a validated, encoded task waiting for its publish.
 type pendingTask struct {
 	seq   uint64
-	spec  task.Spec
+	spec  task.Spec // as submitted (its payload clear), for OnError
 	subj  string
 	data  []byte
 	msgID string
@@ -203,7 +203,11 @@ func (s *Submitter) Submit(ctx context.Context, spec task.Spec) (string, error) 
 	if err := spec.Validate(s.c.MaxPayload); err != nil {
 		return "", fmt.Errorf("invalid task %s: %w", spec.ID, err)
 	}
-	data, err := json.Marshal(spec)
+	wire := spec // spec stays clear for OnError; wire goes out encoded
+	if err := s.c.encodeSpec(ctx, &wire); err != nil {
+		return "", err
+	}
+	data, err := json.Marshal(wire)
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
@@ -467,12 +471,13 @@ func (s *Submitter) ackLoop() {
 
 // duplicate handles a publish JetStream de-duplicated: the same submission
 // was stored moments ago (a retry), or is the resubmission of an id whose
-// earlier submission was rejected, which Client.Submit has evaluated anew.
+// earlier submission was rejected, which is evaluated anew as by
+// Client.Submit. The body published is the one already built, so a
+// payload is not encoded a second time.
 func (s *Submitter) duplicate(t pendingTask) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckTimeout)
 	defer cancel()
-	_, err := s.c.Submit(ctx, t.spec)
-	return err
+	return s.c.publishSpec(ctx, t.subj, t.spec.ID, t.data)
 }
 
 // retry publishes a task again, synchronously, with a growing pause, up to

@@ -25,6 +25,7 @@ var public = []string{
 	"github.com/ax-run/ax/task",
 	"github.com/ax-run/ax/axtest",
 	"github.com/ax-run/ax/outbox",
+	"github.com/ax-run/ax/codec",
 }
 
 // backends are the module paths of the logging and metrics libraries an

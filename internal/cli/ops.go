@@ -25,6 +25,7 @@ func submitCmd(g *globals) *cobra.Command {
 		timeout   time.Duration
 		file      string
 		wait      bool
+		keyFile   string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit [TYPE]",
@@ -36,6 +37,9 @@ func submitCmd(g *globals) *cobra.Command {
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
 			var ids []string
 			var err error
+			if c.Codec, err = loadCodec(keyFile); err != nil {
+				return err
+			}
 			if file != "" {
 				ids, err = submitFile(ctx, c, file)
 			} else {
@@ -87,6 +91,7 @@ func submitCmd(g *globals) *cobra.Command {
 	f.BoolVar(&spec.Shardable, "shardable", false, "run the type's planner first and its shards as child tasks")
 	f.IntVar(&spec.MaxParallelShards, "max-parallel-shards", 0, "shardable: at most this many shards released at once (0: no limit)")
 	f.Float64Var(&spec.MinShardSuccess, "min-shard-success", 0, "shardable: 0 fails at the first failed shard; a fraction aggregates when that share succeeded")
+	addCodecFlag(f, &keyFile)
 	return cmd
 }
 

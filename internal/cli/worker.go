@@ -17,7 +17,7 @@ import (
 func workerCmd(g *globals) *cobra.Command {
 	var cfg executor.Config
 	var drain time.Duration
-	var metricsAddr string
+	var metricsAddr, keyFile string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run an executor with the demo handlers (demo.noop, demo.sleep, demo.flaky, demo.fail, demo.gather)",
@@ -26,6 +26,10 @@ package and register their own handlers; this command is for trying AX out
 and for the end-to-end tests.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if cfg.Codec, err = loadCodec(keyFile); err != nil {
+				return err
+			}
 			d, err := g.startDaemon(cmd.Context(), "ax-worker", metricsAddr)
 			if err != nil {
 				return err
@@ -63,6 +67,7 @@ and for the end-to-end tests.`,
 	addExecutorFlags(cmd, &cfg)
 	cmd.Flags().DurationVar(&drain, "drain", 30*time.Second, "how long Stop waits for running handlers")
 	addMetricsFlag(cmd, &metricsAddr)
+	addCodecFlag(cmd.Flags(), &keyFile)
 	return cmd
 }
 
