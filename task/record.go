@@ -386,9 +386,12 @@ const (
 
 // ClaimReply is the orchestrator's answer to a ClaimRequest.
 type ClaimReply struct {
-	Status   ClaimStatus `json:"status"`
-	Task     *Task       `json:"task,omitempty"`
-	Revision uint64      `json:"revision,omitempty"`
+	// Status is the answer.
+	Status ClaimStatus `json:"status"`
+	// Task is the running record a granted claim wrote (or found).
+	Task *Task `json:"task,omitempty"`
+	// Revision is Task's revision.
+	Revision uint64 `json:"revision,omitempty"`
 	// Error says why the claim could not be decided (try again later).
 	Error string `json:"error,omitempty"`
 }
