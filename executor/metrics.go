@@ -15,7 +15,8 @@ type Metrics interface {
 	// cost of the tasks this executor runs.
 	InFlightCostChanged(delta float64)
 	// AttemptFinished is called once for every attempt this executor ran
-	// to an outcome it reports.
+	// to an outcome it reports, as the report is sent (before it is
+	// stored, so it never trails the task's end as producers see it).
 	AttemptFinished(a AttemptMetrics)
 }
 

@@ -191,12 +191,14 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	if herr != nil {
 		setOutcome(&r, herr)
 	}
+	// Counted before the report is stored, so the count never trails the
+	// task's end as its producer sees it.
+	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
 	if err := e.report(s.hardStop, r); err != nil {
 		log.Warn("report not published; handing the task back", "error", err)
 		ex.giveBack()
 		return
 	}
-	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
 	if ex.abandoned.Load() {
 		// Stop gave up and handed the task back while this report was
 		// published: the redelivery finds the task done.
