@@ -1,6 +1,8 @@
 package orchestrator_test
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -73,5 +75,65 @@ func TestCommandReplyOnlyToAnInbox(t *testing.T) {
 	}
 	if len(after) != len(before) {
 		t.Fatalf("victim's history grew from %d to %d events", len(before), len(after))
+	}
+}
+
+// A report is about a task of its subject's type: one published on another
+// type's completed subject, or naming another type than its task's, is
+// dropped, even with the task's current execution id (which any reader of
+// AX_TASKS can learn). Executors may publish only the completed subjects of
+// the types they serve, so this keeps an executor to its own tasks.
+func TestReportBoundToItsSubjectsType(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv, ex, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
+		select {
+		case <-release:
+			return "real", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	nc := testenv.Conn(t, srv.URL())
+	js, _ := jetstream.New(nc)
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := c.Submit(ctx, newSpec("victim", "held")); err != nil {
+		t.Fatal(err)
+	}
+	var running *task.Task
+	testenv.Eventually(t, 30*time.Second, "victim running", func() bool {
+		got, err := c.Get(ctx, "victim")
+		running = got
+		return err == nil && got.State == task.Running
+	})
+	forge := func(subj, typ string) {
+		t.Helper()
+		r := task.Report{ID: "victim", Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
+			Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
+			Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`)}
+		data, _ := json.Marshal(r)
+		if _, err := js.Publish(ctx, subj, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge(subject.Completed("other"), "held") // the subject of a type the forger may report
+	forge(subject.Completed("other"), "other")
+	// A task run after the forged reports were stored: by its end they were
+	// most likely handled; if one were applied later, the victim's result
+	// below would be the forged one.
+	if _, err := c.Submit(ctx, newSpec("marker", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "marker"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("marker: %+v %v", got, err)
+	}
+	if got, err := c.Get(ctx, "victim"); err != nil || got.State != task.Running {
+		t.Fatalf("victim after forged reports: %+v %v; want still running", got, err)
+	}
+	close(release)
+	got, err := c.Wait(ctx, "victim")
+	if err != nil || got.State != task.Succeeded || string(got.Result) != `"real"` {
+		t.Fatalf("victim: %+v %v; want succeeded with the real result", got, err)
 	}
 }
