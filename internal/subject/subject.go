@@ -121,6 +121,10 @@ const (
 	dlqPrefix       = "ax.dlq."
 	rejectedPrefix  = "ax.rejected."
 	cancelPrefix    = "ax.signal.cancel."
+	claimPrefix     = "ax.claim."
+	// ClaimAll is every claim subject; the orchestrators answer it as one
+	// queue group.
+	ClaimAll = "ax.claim.*"
 )
 
 // Submit is where a spec of type t is submitted without an intake lane
@@ -352,6 +356,13 @@ func EdgesOf(up string) string { return edgePrefix + up + ".*" }
 func EdgeChild(subj, up string) (string, bool) {
 	return strings.CutPrefix(subj, edgePrefix+up+".")
 }
+
+// Claim is where an executor of capability asks the orchestrator to claim
+// an attempt (task.ClaimRequest, a core NATS request; see ClaimAll).
+func Claim(capability string) string { return claimPrefix + capability }
+
+// CapabilityFromClaim is the capability token of a claim subject.
+func CapabilityFromClaim(subj string) string { return strings.TrimPrefix(subj, claimPrefix) }
 
 // Lease is where the executor running a task long enough to heart-beat
 // keeps its lease: the last message, with a TTL, while it is alive.
