@@ -168,18 +168,15 @@ func (s *secureNATS) args(user string) []string {
 		"--tlscert", set.TLSCert, "--tlskey", set.TLSKey, "--tlsca", set.TLSCA, "--inbox-prefix", set.InboxPrefix}
 }
 
-// connect connects as user; asynchronous errors (permission violations)
-// are collected by the returned errors.
-func (s *secureNATS) connect(user string) (*nats.Conn, *asyncErrors) {
+// connect connects as user.
+func (s *secureNATS) connect(user string) *nats.Conn {
 	s.t.Helper()
-	errs := &asyncErrors{}
-	nc, err := natsconn.Connect(s.settings(user), nats.Name("e2e-"+user), nats.MaxReconnects(-1),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs.add(err) }))
+	nc, err := natsconn.Connect(s.settings(user), nats.Name("e2e-"+user), nats.MaxReconnects(-1))
 	if err != nil {
 		s.t.Fatalf("connect as %s: %v", user, err)
 	}
 	s.t.Cleanup(nc.Close)
-	return nc, errs
+	return nc
 }
 
 // violations returns the server's permission-violation log lines about
@@ -232,15 +229,3 @@ func (l *violationLog) Fatalf(format string, v ...any)  { l.add(format, v...) }
 func (l *violationLog) Errorf(format string, v ...any)  { l.add(format, v...) }
 func (l *violationLog) Debugf(format string, v ...any)  { l.add(format, v...) }
 func (l *violationLog) Tracef(string, ...any)           {}
-
-// asyncErrors collects a connection's asynchronous errors.
-type asyncErrors struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (a *asyncErrors) add(err error) {
-	a.mu.Lock()
-	a.errs = append(a.errs, err)
-	a.mu.Unlock()
-}

@@ -83,14 +83,14 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	prodNC, _ := sec.connect("producer")
+	prodNC := sec.connect("producer")
 	var prod *sdk.Client
 	retryOp(t, 60*time.Second, "producer client (the orchestrator creates the streams)", func(ctx context.Context) error {
 		var err error
 		prod, err = sdk.New(ctx, prodNC)
 		return err
 	})
-	opNC, _ := sec.connect("operator")
+	opNC := sec.connect("operator")
 	op, err := sdk.New(ctx, opNC)
 	if err != nil {
 		t.Fatal(err)
@@ -244,10 +244,17 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		_ = nc.Flush()
 		sec.waitViolation(user, "Subscription", subj)
 	}
-	emailNC, _ := sec.connect("executor-email") // what a compromised email executor could do
+	// Each step is one forbidden action (not a subtest: the helpers fail
+	// the test itself).
+	step := func(name string, f func()) {
+		t.Helper()
+		t.Logf("forbidden: %s", name)
+		f()
+	}
+	emailNC := sec.connect("executor-email") // what a compromised email executor could do
 	emailJS := js(emailNC)
 	prodJS := js(prodNC)
-	orcNC, _ := sec.connect("orchestrator")
+	orcNC := sec.connect("orchestrator")
 	orcJS := js(orcNC)
 	history := func(id string) int {
 		h, err := prod.History(ctx, id)
@@ -257,7 +264,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		return len(h)
 	}
 
-	t.Run("producer writes a record", func(t *testing.T) {
+	step("producer writes a record", func() {
 		before := history("email-noop-02")
 		refused("producer", "Publish", subject.Task("email-noop-02"), func(ctx context.Context) error {
 			_, err := prodJS.Publish(ctx, subject.Task("email-noop-02"), []byte(`{"kind":"transition"}`))
@@ -267,7 +274,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("history of email-noop-02 grew from %d to %d events", before, after)
 		}
 	})
-	t.Run("producer forges a dispatch, a report, a cancel signal, or reads the queues", func(t *testing.T) {
+	step("producer forges a dispatch, a report, a cancel signal, or reads the queues", func() {
 		refused("producer", "Publish", subject.Ready("email", 0), func(ctx context.Context) error {
 			_, err := prodJS.Publish(ctx, subject.Ready("email", 0), []byte(`{}`))
 			return err
@@ -288,7 +295,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		})
 		refusedSub(prodNC, "producer", subject.ReplyInbox+".>")
 	})
-	t.Run("email executor takes pdf's dispatches", func(t *testing.T) {
+	step("email executor takes pdf's dispatches", func() {
 		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-pdf-p2.task.ready.pdf.p2", func(ctx context.Context) error {
 			_, err := emailJS.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
 				Durable: subject.ReadyConsumer("pdf", 2), FilterSubject: subject.Ready("pdf", 2), AckPolicy: jetstream.AckExplicitPolicy})
@@ -315,10 +322,10 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		refusedSub(emailNC, "executor-email", subject.ReplyInbox+".>")
 		refusedSub(emailNC, "executor-email", permission.User{Name: "executor-pdf"}.InboxPrefix()+".>")
 	})
-	t.Run("email executor writes or claims a record", func(t *testing.T) {
+	step("email executor writes or claims a record", func() {
 		refusedPub(emailNC, "executor-email", subject.Claim("pdf"), []byte(`{}`))
 		if executorsWriteRecords {
-			t.Log("executors still write their claims to ax.task.>: the check that they cannot waits for that change")
+			t.Log("executors still write their claims to ax.task.>: the checks that they cannot, and that a claim on their own capability's subject cannot take another's task, wait for that change")
 			return
 		}
 		before := history("pdf-flaky")
@@ -329,8 +336,44 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		if after := history("pdf-flaky"); after != before {
 			t.Fatalf("history of pdf-flaky grew from %d to %d events", before, after)
 		}
+		// A pdf task nobody has pulled yet (the pdf worker is down), which
+		// a claim of its own capability would get: the email executor
+		// asks for it on its own claim subject, and is not granted it.
+		workers["pdf"].term()
+		submit("pdf-unclaimed", demo.TypeFlaky, "pdf", demo.Params{Label: "claimed by pdf"}, nil)
+		want["pdf-unclaimed"] = task.Succeeded
+		waitState(t, ctx, prod, "pdf-unclaimed", task.Ready)
+		tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := tasks.GetLastMsgForSubject(ctx, subject.Task("pdf-unclaimed"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev task.Event
+		if err := json.Unmarshal(raw.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		// task.ClaimRequest's fields.
+		req, _ := json.Marshal(map[string]any{"id": "pdf-unclaimed", "execution_id": ev.Task.ExecutionID, "revision": raw.Sequence,
+			"executor": "forger", "started_at": time.Now().UTC(), "delivered": 1})
+		reply, err := emailNC.RequestWithContext(ctx, subject.Claim("email"), req)
+		if err != nil {
+			t.Fatalf("claim request: %v", err)
+		}
+		var rep struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(reply.Data, &rep); err != nil || rep.Status == "granted" {
+			t.Fatalf("the email executor's claim of a pdf task: %s, %v; want it refused", reply.Data, err)
+		}
+		workers["pdf"].start()
+		if got, err := prod.Wait(ctx, "pdf-unclaimed"); err != nil || got.State != task.Succeeded || got.Executor != "worker-pdf" {
+			t.Fatalf("pdf-unclaimed: %+v, %v; want succeeded on worker-pdf", got, err)
+		}
 	})
-	t.Run("email executor reports pdf's task", func(t *testing.T) {
+	step("email executor reports pdf's task", func() {
 		submit("pdf-long", demo.TypeFlaky, "pdf", demo.Params{Sleep: "4s", Label: "real"}, nil)
 		want["pdf-long"] = task.Succeeded
 		waitState(t, ctx, prod, "pdf-long", task.Running)
@@ -369,7 +412,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("pdf-long: %+v, %v; want succeeded with its own result", got, err)
 		}
 	})
-	t.Run("executor changes the topology", func(t *testing.T) {
+	step("executor changes the topology", func() {
 		refused("executor-email", "Publish", "$JS.API.STREAM.CREATE.EVIL", func(ctx context.Context) error {
 			_, err := emailJS.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.>"}})
 			return err
@@ -398,16 +441,16 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("stream EVIL: %v; want not found", err)
 		}
 	})
-	t.Run("mirror writes", func(t *testing.T) {
-		mirNC, _ := sec.connect("mirror")
+	step("mirror writes", func() {
+		mirNC := sec.connect("mirror")
 		refusedPub(mirNC, "mirror", subject.Task("email-noop-04"), []byte(`{}`))
 		refused("mirror", "Publish", "$JS.API.STREAM.PURGE."+subject.StreamTasks, func(ctx context.Context) error {
 			_, err := mirNC.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+subject.StreamTasks, nil)
 			return err
 		})
 	})
-	t.Run("forged cancel signal", func(t *testing.T) {
-		submit("email-long", demo.TypeSleep, "email", demo.Params{Sleep: "3s", Label: "not cancelled"}, nil)
+	step("forged cancel signal", func() {
+		submit("email-long", demo.TypeSleep, "email", demo.Params{Sleep: "8s", Label: "not cancelled"}, nil)
 		want["email-long"] = task.Succeeded
 		waitState(t, ctx, prod, "email-long", task.Running)
 		refusedPub(emailNC, "executor-email", subject.CancelSignal("email-long"), nil)
@@ -421,7 +464,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("email-long: %+v, %v; want succeeded", got, err)
 		}
 	})
-	t.Run("command reply on a record", func(t *testing.T) {
+	step("command reply on a record", func() {
 		submit("reply-target", demo.TypeNoop, "nobody", demo.Params{}, nil) // stays ready
 		want["reply-target"] = task.Cancelled
 		waitState(t, ctx, prod, "reply-target", task.Ready)
@@ -437,7 +480,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("history of email-noop-05 grew from %d to %d events", before, after)
 		}
 	})
-	t.Run("client without credentials or TLS", func(t *testing.T) {
+	step("client without credentials or TLS", func() {
 		set := sec.settings("producer")
 		set.User, set.PasswordFile = "", ""
 		if nc, err := natsconn.Connect(set, nats.MaxReconnects(0)); err == nil {
