@@ -69,6 +69,10 @@ func (o *Orchestrator) reply(msg jetstream.Msg, rep task.CommandReply) error {
 	if to == "" {
 		return nil
 	}
+	if !subject.ReplyToAllowed(to) {
+		o.log.Warn("command reply not sent: its Ax-Reply-To is not an inbox", "reply_to", to, "command", msg.Subject())
+		return nil
+	}
 	data, _ := json.Marshal(rep)
 	if err := o.nc.Publish(to, data); err != nil {
 		o.log.Warn("command reply not sent", slog.Any("error", err))

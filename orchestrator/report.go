@@ -22,6 +22,14 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 		o.log.Warn("dropping malformed report", slog.Any("error", err), slog.String("subject", msg.Subject()))
 		return nil
 	}
+	if msg.Subject() != subject.Completed(r.Type) {
+		// Executors may publish only the completed subjects of the types
+		// they serve (deploy/security): the subject, not the body, says
+		// which type a report may be about.
+		o.log.Warn("dropping a report whose task type is not its subject's", slog.String("task_id", r.ID),
+			slog.String("type", r.Type), slog.String("subject", msg.Subject()))
+		return nil
+	}
 	return o.applyReport(ctx, r)
 }
 
@@ -60,6 +68,11 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		}
 		if t.ExecutionID != r.ExecutionID {
 			o.log.Info("ignoring result of a superseded attempt", slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("current_execution_id", t.ExecutionID))
+			return nil
+		}
+		if r.Type != t.Type {
+			o.log.Warn("ignoring a report naming another task type than its task's", slog.String("task_id", r.ID),
+				slog.String("report_type", r.Type), slog.String("type", t.Type))
 			return nil
 		}
 		// Ready under the report's execution: an attempt that ended before

@@ -26,6 +26,7 @@ func (g *globals) addNATSFlags(pf *pflag.FlagSet) {
 	pf.StringVar(&s.TLSKey, "tlskey", "", "TLS client key (env NATS_KEY)")
 	pf.StringVar(&s.TLSCA, "tlsca", "", "TLS CA certificates that verify the server (env NATS_CA)")
 	pf.BoolVar(&s.TLSFirst, "tlsfirst", false, "TLS handshake before the server's INFO (server option handshake_first; env NATS_TLSFIRST)")
+	pf.StringVar(&s.InboxPrefix, "inbox-prefix", "", "prefix of reply inboxes instead of _INBOX, e.g. _INBOX.<user> for a user that may subscribe only to its own (env NATS_INBOX_PREFIX)")
 }
 
 // natsConn resolves the connection settings: flags, then env, then the

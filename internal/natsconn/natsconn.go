@@ -9,6 +9,9 @@
 //   - TLS with a client certificate and key and a custom CA (--tlscert,
 //     --tlskey, --tlsca; NATS_CERT, NATS_KEY, NATS_CA) and the TLS
 //     handshake first (--tlsfirst);
+//   - a custom prefix of reply inboxes (--inbox-prefix, NATS_INBOX_PREFIX),
+//     so that a user allowed to subscribe only to its own inboxes
+//     (_INBOX.<user>.>) can make requests and read JetStream;
 //   - contexts: --context NAME (NATS_CONTEXT) reads
 //     $XDG_CONFIG_HOME/nats/context/NAME.json (default ~/.config/nats), the
 //     file `nats context save` writes; without a name the context selected
@@ -76,13 +79,16 @@ type Settings struct {
 	// TLSFirst does the TLS handshake before the server's INFO (the server
 	// needs handshake_first).
 	TLSFirst bool
-	// InboxPrefix replaces "_INBOX" (from a context's inbox_prefix).
+	// InboxPrefix replaces "_INBOX" in the connection's reply inboxes (a
+	// context's inbox_prefix). A user whose permissions let it subscribe
+	// only to its own inboxes needs it (deploy/security: "_INBOX.<user>").
 	InboxPrefix string
 }
 
 // ApplyEnv fills every empty field from the environment variables the nats
 // CLI reads (NATS_URL, NATS_CONTEXT, NATS_CREDS, NATS_NKEY, NATS_USER,
-// NATS_PASSWORD, NATS_TOKEN, NATS_CERT, NATS_KEY, NATS_CA, NATS_TLSFIRST)
+// NATS_PASSWORD, NATS_TOKEN, NATS_CERT, NATS_KEY, NATS_CA, NATS_TLSFIRST,
+// NATS_INBOX_PREFIX)
 // and ContextDir from XDG_CONFIG_HOME or HOME. getenv is usually os.Getenv.
 func (s *Settings) ApplyEnv(getenv func(string) string) {
 	fill := func(dst *string, key string) {
@@ -100,6 +106,7 @@ func (s *Settings) ApplyEnv(getenv func(string) string) {
 	fill(&s.TLSCert, "NATS_CERT")
 	fill(&s.TLSKey, "NATS_KEY")
 	fill(&s.TLSCA, "NATS_CA")
+	fill(&s.InboxPrefix, "NATS_INBOX_PREFIX")
 	if !s.TLSFirst {
 		switch strings.ToLower(getenv("NATS_TLSFIRST")) {
 		case "1", "true", "yes":

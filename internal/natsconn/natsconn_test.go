@@ -95,13 +95,14 @@ func TestApplyEnv(t *testing.T) {
 	env := map[string]string{
 		"NATS_URL": "nats://env:4222", "NATS_CONTEXT": "c", "NATS_CREDS": "/c", "NATS_NKEY": "/n",
 		"NATS_USER": "u", "NATS_PASSWORD": "p", "NATS_TOKEN": "t", "NATS_CERT": "/cert",
-		"NATS_KEY": "/key", "NATS_CA": "/ca", "NATS_TLSFIRST": "true", "HOME": "/home/ax",
+		"NATS_KEY": "/key", "NATS_CA": "/ca", "NATS_TLSFIRST": "true", "NATS_INBOX_PREFIX": "_INBOX.u", "HOME": "/home/ax",
 	}
 	s := natsconn.Settings{URL: "nats://flag:4222", User: "flag-user"}
 	s.ApplyEnv(func(k string) string { return env[k] })
 	want := natsconn.Settings{
 		URL: "nats://flag:4222", Context: "c", ContextDir: "/home/ax/.config/nats", Creds: "/c", NKey: "/n",
 		User: "flag-user", Password: "p", Token: "t", TLSCert: "/cert", TLSKey: "/key", TLSCA: "/ca", TLSFirst: true,
+		InboxPrefix: "_INBOX.u",
 	}
 	if s != want {
 		t.Errorf("ApplyEnv:\n got %+v\nwant %+v", s, want)

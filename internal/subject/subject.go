@@ -375,3 +375,26 @@ func Lease(id string) string { return "ax.lease." + id }
 func Unique(taskType, key string) string {
 	return "ax.unique." + taskType + "." + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
+
+// ReplyInbox is how every subject an orchestrator answers a command on
+// starts (the Ax-Reply-To header): nats.go's inboxes, and custom prefixes
+// such as "_INBOX.<user>" (deploy/security), do.
+const ReplyInbox = "_INBOX"
+
+// ReplyToAllowed reports whether subj may receive a command reply: a
+// literal subject (no wildcard, no empty token, no white space) starting
+// with ReplyInbox. The orchestrator publishes the reply with its own rights,
+// which cover every task's history and dispatch, so any other subject would
+// let whoever may send a command have the orchestrator write where the
+// sender may not.
+func ReplyToAllowed(subj string) bool {
+	if !strings.HasPrefix(subj, ReplyInbox) || strings.ContainsAny(subj, " \t\r\n") {
+		return false
+	}
+	for tok := range strings.SplitSeq(subj, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ax-run/ax/internal/permission"
+)
+
+// natsAccountsCmd prints the nats-server accounts block of AX's roles.
+func natsAccountsCmd(g *globals) *cobra.Command {
+	var account string
+	var executors, producers, operators []string
+	var producersCancel bool
+	cmd := &cobra.Command{
+		Use:   "nats-accounts",
+		Short: "Print the nats-server accounts block that gives each AX role least privilege (deploy/security)",
+		Long: `Prints AX's account for a nats-server configuration: one user per role
+(orchestrator, an executor per capability, producers, the mirror, operators)
+with the publish and subscribe rights it needs and no more, JetStream
+enabled. Passwords are variables (AX_PASSWORD_<USER>) that passwords.conf,
+beside the file, defines. Clients of user U connect with --inbox-prefix
+_INBOX.U. Without flags it prints deploy/security/accounts.conf.
+
+An executor is CAPABILITY[=TYPE,…]: the user executor-CAPABILITY pulls only
+that capability's dispatches and reports only those task types (subject
+patterns; default CAPABILITY.>). A producer is NAME[=TYPE,…] (default: any
+type; one limited to types cannot submit graphs). The matrix is in
+deploy/security/README.md.`,
+		Example: `  ax nats-accounts > /etc/nats/accounts.conf
+  ax nats-accounts --executor email --executor pdf=pdf.render,pdf.merge --producer shop=order.> --operator alice`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			acct, err := buildAccount(account, executors, producers, operators, producersCancel)
+			if err != nil {
+				return err
+			}
+			conf, err := acct.Conf()
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(g.stdout, conf)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&account, "account", permission.DefaultAccount, "name of AX's account")
+	f.StringArrayVar(&executors, "executor", []string{"email=email.>", "pdf=pdf.>"}, "an executor user: CAPABILITY[=TYPE,…] (repeat for each capability)")
+	f.StringArrayVar(&producers, "producer", []string{"producer"}, "a producer user: NAME[=TYPE,…] (repeat)")
+	f.StringArrayVar(&operators, "operator", []string{"operator", "console"}, "an operator user (the CLI's commands, the console) (repeat)")
+	f.BoolVar(&producersCancel, "producers-cancel", false, "let producers cancel tasks (any task)")
+	return cmd
+}
+
+// buildAccount makes the account of the flags: an orchestrator and a
+// mirror, and the listed executors, producers and operators.
+func buildAccount(name string, executors, producers, operators []string, cancel bool) (permission.Account, error) {
+	acct := permission.Account{Name: name, Users: []permission.User{{Name: "orchestrator", Role: permission.Orchestrator}}}
+	for _, e := range executors {
+		capability, types, hasTypes := strings.Cut(e, "=")
+		u := permission.User{Name: "executor-" + capability, Role: permission.Executor, Capability: capability,
+			Types: []string{capability + ".>"}}
+		if hasTypes {
+			u.Types = splitList(types)
+		}
+		acct.Users = append(acct.Users, u)
+	}
+	for _, p := range producers {
+		name, types, _ := strings.Cut(p, "=")
+		acct.Users = append(acct.Users, permission.User{Name: name, Role: permission.Producer, Types: splitList(types), Cancel: cancel})
+	}
+	acct.Users = append(acct.Users, permission.User{Name: "mirror", Role: permission.Mirror})
+	for _, o := range operators {
+		acct.Users = append(acct.Users, permission.User{Name: o, Role: permission.Operator})
+	}
+	return acct, acct.Validate()
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

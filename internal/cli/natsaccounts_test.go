@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/ax-run/ax/internal/permission"
+)
+
+func TestNATSAccounts(t *testing.T) {
+	run := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := Run(context.Background(), append([]string{"nats-accounts"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	sample, err := permission.Sample().Conf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run(); code != 0 || out != sample {
+		t.Fatalf("without flags: exit %d, %s; want the sample account", code, errOut)
+	}
+	code, out, errOut := run("--executor", "gpu", "--executor", "pdf=pdf.render,pdf.merge", "--producer", "shop=order.>",
+		"--producers-cancel", "--operator", "alice", "--account", "JOBS")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"  JOBS {", `user: "executor-gpu"`, `"task.completed.gpu.>"`, `"task.completed.pdf.render"`, `"task.completed.pdf.merge"`,
+		`user: "shop"`, `"task.submit-p0.order.>"`, `"ax.cmd.cancel.*"`, `user: "alice"`, `user: "mirror"`, "$AX_PASSWORD_ALICE",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, `user: "executor-email"`) || strings.Contains(out, `user: "console"`) {
+		t.Errorf("flags did not replace the sample's users:\n%s", out)
+	}
+	if code, _, errOut := run("--executor", "bad.cap"); code == 0 || !strings.Contains(errOut, "invalid capability") {
+		t.Errorf("a bad capability: exit %d, %s", code, errOut)
+	}
+}

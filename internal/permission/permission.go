@@ -1,0 +1,395 @@
+// Package permission is AX's least-privilege matrix: what the NATS user of
+// each role may publish and subscribe to, built from internal/subject's
+// names, and the nats-server accounts configuration that enforces it.
+// deploy/security/accounts.conf is generated from here (`ax nats-accounts`),
+// and the e2e security test runs AX under the same rules.
+//
+// The roles:
+//
+//   - orchestrator: the only writer of task records, timers, dead letters
+//     and topology (streams, buckets, consumers of its own); it answers
+//     commands and claims. `ax topology` and `ax poison redrive` run with
+//     its credentials.
+//   - executor of capability C: creates and pulls only C's ready consumers
+//     (their names and filter subjects are in its rights, so it cannot
+//     create one on another capability's dispatches), reports on the
+//     completed subjects of the task types it serves, renews leases, stores
+//     plans and large results, asks the orchestrator to claim an attempt on
+//     its capability's claim subject, and listens to cancel signals. It
+//     reads task records, leases, fan-in markers and objects. It writes no
+//     record and no stream configuration.
+//   - producer: submits (on every intake lane, or only for some types),
+//     reads task state and results, and cancels only when granted.
+//   - mirror: reads AX_TASKS through its durable consumer; writes nothing.
+//   - operator (the CLI's operator commands and the console): sends
+//     commands, records operator audit events, resubmits (re-run, a
+//     schedule fired by hand) and reads everything but the queues'
+//     messages.
+//
+// Every user receives replies only on its own inboxes, _INBOX.<user>.>: a
+// client of that user must connect with that inbox prefix (--inbox-prefix,
+// NATS_INBOX_PREFIX, or a context's inbox_prefix). A user allowed to
+// subscribe to _INBOX.> could read every reply in the account: every
+// other user's pulled messages, dispatches and payloads included.
+package permission
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Role names what a NATS user does for AX.
+type Role string
+
+// The roles of AX's NATS users.
+const (
+	Orchestrator Role = "orchestrator"
+	Executor     Role = "executor"
+	Producer     Role = "producer"
+	Mirror       Role = "mirror"
+	Operator     Role = "operator"
+)
+
+// Roles lists every role.
+var Roles = []Role{Orchestrator, Executor, Producer, Mirror, Operator}
+
+// User is one NATS user of the AX account.
+type User struct {
+	// Name is the NATS user name; its clients' inboxes are InboxPrefix().
+	Name string
+	// Role is what the user does.
+	Role Role
+	// Capability is the capability an executor serves (one per user:
+	// give an executor serving several a user per capability, or list
+	// them in Capabilities).
+	Capability string
+	// Capabilities are further capabilities of an executor.
+	Capabilities []string
+	// Types are the task types an executor reports (subject patterns:
+	// "email.send", "email.>") or a producer submits (empty: any type).
+	// A producer limited to types cannot submit graphs (a graph's types
+	// are not in its subject).
+	Types []string
+	// Cancel lets a producer cancel tasks (any task: commands are not
+	// scoped to the tasks a producer submitted).
+	Cancel bool
+	// Publish are further subjects the user may publish, for what AX does
+	// not know about: an executor whose handlers submit tasks needs the
+	// submit subjects.
+	Publish []string
+}
+
+// Rules allow and deny subjects; a denied subject is refused even when an
+// allowed pattern matches it.
+type Rules struct {
+	Allow []string
+	Deny  []string
+}
+
+// Permissions are a NATS user's publish and subscribe rules.
+type Permissions struct {
+	Publish   Rules
+	Subscribe Rules
+	// AllowResponses lets the user answer the requests it received
+	// (nats-server's allow_responses).
+	AllowResponses bool
+}
+
+// InboxPrefix is the prefix of the user's reply inboxes: "_INBOX.<name>".
+func (u User) InboxPrefix() string { return subject.ReplyInbox + "." + u.Name }
+
+// Validate checks the user's fields for its role.
+func (u User) Validate() error {
+	switch u.Role {
+	case Executor:
+		caps := u.capabilities()
+		if len(caps) == 0 {
+			return fmt.Errorf("user %s: an executor needs a capability", u.Name)
+		}
+		for _, c := range caps {
+			if !task.ValidCapability(c) {
+				return fmt.Errorf("user %s: invalid capability %q", u.Name, c)
+			}
+		}
+		if len(u.Types) == 0 {
+			return fmt.Errorf("user %s: an executor needs the task types it reports (e.g. %q)", u.Name, "email.>")
+		}
+	case Producer:
+	case Orchestrator, Mirror, Operator:
+		if len(u.Types) > 0 || u.Capability != "" || len(u.Capabilities) > 0 {
+			return fmt.Errorf("user %s: a %s has no capability or types", u.Name, u.Role)
+		}
+	default:
+		return fmt.Errorf("user %s: unknown role %q", u.Name, u.Role)
+	}
+	if !validToken(u.Name) {
+		return fmt.Errorf("user %q: the name must be one subject token of [A-Za-z0-9_-]", u.Name)
+	}
+	if u.Cancel && u.Role != Producer {
+		return fmt.Errorf("user %s: only a producer takes Cancel (an operator may always cancel)", u.Name)
+	}
+	for _, t := range u.Types {
+		if !validPattern(t) {
+			return fmt.Errorf("user %s: invalid type pattern %q", u.Name, t)
+		}
+	}
+	return nil
+}
+
+func (u User) capabilities() []string {
+	var out []string
+	if u.Capability != "" {
+		out = append(out, u.Capability)
+	}
+	return append(out, u.Capabilities...)
+}
+
+// Permissions returns the user's rights (see the package doc).
+func (u User) Permissions() Permissions {
+	var p Permissions
+	switch u.Role {
+	case Orchestrator:
+		p = orchestrator()
+	case Executor:
+		p = executor(u.capabilities(), u.Types)
+	case Producer:
+		p = producer(u.Types, u.Cancel)
+	case Mirror:
+		p = mirror()
+	case Operator:
+		p = operator()
+	}
+	p.Subscribe.Allow = append([]string{u.InboxPrefix() + ".>"}, p.Subscribe.Allow...)
+	p.Publish.Allow = append(p.Publish.Allow, u.Publish...)
+	return p
+}
+
+// JetStream API subjects.
+const (
+	jsAPI = "$JS.API."
+	// streamInfoAll: every AX process checks AX's topology at start
+	// (topology.Check: the info of every stream, bucket and object store).
+	streamInfoAll = jsAPI + "STREAM.INFO.*"
+)
+
+func kvStream(bucket string) string  { return "KV_" + bucket }
+func objStream(bucket string) string { return "OBJ_" + bucket }
+func kvAll(bucket string) string     { return "$KV." + bucket + ".>" }
+func objAll(bucket string) string    { return "$O." + bucket + ".>" }
+
+// objPut are the subjects of writing objects: chunks and their meta entry.
+func objPut(bucket string) []string {
+	return []string{"$O." + bucket + ".C.>", "$O." + bucket + ".M.>"}
+}
+
+func msgGet(stream string) string { return jsAPI + "STREAM.MSG.GET." + stream }
+
+// consumerCreate is the creation (or update) of a consumer with one filter
+// subject: the server refuses a request whose configuration has another
+// filter than the subject's.
+func consumerCreate(stream, consumer, filter string) string {
+	return jsAPI + "CONSUMER.CREATE." + stream + "." + consumer + "." + filter
+}
+func consumerNext(stream, consumer string) string {
+	return jsAPI + "CONSUMER.MSG.NEXT." + stream + "." + consumer
+}
+func consumerInfo(stream, consumer string) string {
+	return jsAPI + "CONSUMER.INFO." + stream + "." + consumer
+}
+func consumerDelete(stream, consumer string) string {
+	return jsAPI + "CONSUMER.DELETE." + stream + "." + consumer
+}
+func ack(stream, consumer string) string { return "$JS.ACK." + stream + "." + consumer + ".>" }
+
+// durables are the durable consumers of each stream other than a queue
+// (whose consumers no reader gets), with the role that owns them: a reader
+// may not create, update, pull from or delete another role's durable.
+var durables = map[string]map[string]Role{
+	subject.StreamTasks: {subject.ConsumerMirror: Mirror},
+}
+
+// read lets a role read a stream: leader reads of single messages, and
+// short-lived ordered consumers (internal/scan, nats.go's key-value and
+// object-store readers) with their flow-control replies. Another role's
+// durable consumers on the stream are denied.
+func read(p *Permissions, self Role, streams ...string) {
+	for _, s := range streams {
+		p.Publish.Allow = append(p.Publish.Allow,
+			msgGet(s),
+			jsAPI+"CONSUMER.CREATE."+s+".*",
+			jsAPI+"CONSUMER.CREATE."+s+".*.>",
+			consumerNext(s, "*"),
+			consumerInfo(s, "*"),
+			consumerDelete(s, "*"),
+			"$JS.FC."+s+".>",
+		)
+		for name, owner := range durables[s] {
+			if owner == self {
+				continue
+			}
+			p.Publish.Deny = append(p.Publish.Deny,
+				jsAPI+"CONSUMER.CREATE."+s+"."+name,
+				jsAPI+"CONSUMER.CREATE."+s+"."+name+".>",
+				consumerNext(s, name),
+				consumerDelete(s, name),
+			)
+		}
+	}
+}
+
+func orchestrator() Permissions {
+	var p Permissions
+	p.Publish.Allow = []string{
+		// Topology, its own consumers, reads, purges (trimming, retention).
+		jsAPI + ">", "$JS.ACK.>", "$JS.FC.>",
+	}
+	p.Publish.Allow = append(p.Publish.Allow, subject.SubmitSubjects()...) // poison re-drives
+	p.Publish.Allow = append(p.Publish.Allow,
+		subject.ReadyAll, subject.CompletedAll, // dispatches; poison re-drives of reports
+		subject.TaskAll, subject.TimerAll, subject.FireAll, subject.CommandAll, subject.DLQAll,
+		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll,
+		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
+		subject.PoisonAll,
+		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
+		objAll(subject.BucketObjects),
+		// Command replies (Ax-Reply-To: another user's inbox).
+		subject.ReplyInbox+".>",
+	)
+	p.Subscribe.Allow = []string{subject.ClaimAll}
+	p.AllowResponses = true // claim replies
+	return p
+}
+
+func executor(capabilities, types []string) Permissions {
+	var p Permissions
+	p.Publish.Allow = []string{
+		streamInfoAll,
+		msgGet(subject.StreamTasks),  // its task's record (a leader read)
+		msgGet(subject.StreamLeases), // whether a live executor holds a lease
+	}
+	for _, c := range capabilities {
+		for lvl := range subject.Priorities {
+			name := subject.ReadyConsumer(c, lvl)
+			p.Publish.Allow = append(p.Publish.Allow,
+				consumerCreate(subject.StreamReady, name, subject.Ready(c, lvl)),
+				consumerNext(subject.StreamReady, name),
+				ack(subject.StreamReady, name),
+			)
+		}
+		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c))
+		// The doorbell: a core subscription woken by new dispatches.
+		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.ReadyCapability(c))
+	}
+	for _, t := range types {
+		p.Publish.Allow = append(p.Publish.Allow, subject.Completed(t))
+	}
+	p.Publish.Allow = append(p.Publish.Allow, subject.LeaseAll)
+	p.Publish.Allow = append(p.Publish.Allow, objPut(subject.BucketObjects)...) // plans, large results
+	// Aggregators read their shards' markers; handlers read upstream
+	// results and their own job's objects.
+	read(&p, Executor, subject.StreamFanIn, objStream(subject.BucketObjects))
+	p.Subscribe.Allow = append(p.Subscribe.Allow, subject.CancelSignalAll)
+	return p
+}
+
+func submitSubjects(types []string) []string {
+	if len(types) == 0 {
+		return subject.SubmitSubjects()
+	}
+	var out []string
+	for _, t := range types {
+		out = append(out, subject.Submit(t))
+		for lvl := range subject.Priorities {
+			out = append(out, subject.SubmitLane(lvl, t))
+		}
+	}
+	return out
+}
+
+func producer(types []string, cancel bool) Permissions {
+	var p Permissions
+	p.Publish.Allow = append(submitSubjects(types), streamInfoAll)
+	// Task state and results: records, histories and Wait (AX_TASKS),
+	// dependents (AX_EDGES), shard progress (AX_FANIN, AX_COUNTS),
+	// results kept as objects.
+	read(&p, Producer, subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
+		objStream(subject.BucketObjects))
+	// Its rejections; a resubmission clears the stale one.
+	p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), jsAPI+"STREAM.PURGE."+subject.StreamRejected)
+	p.Publish.Allow = append(p.Publish.Allow, subject.OutboxNotify) // outbox.Notify
+	p.Subscribe.Allow = []string{subject.OutboxNotify}              // the outbox relay
+	if cancel {
+		p.Publish.Allow = append(p.Publish.Allow, subject.Command(subject.CommandCancel, "*"))
+	}
+	return p
+}
+
+func mirror() Permissions {
+	var p Permissions
+	p.Publish.Allow = []string{
+		streamInfoAll,
+		consumerCreate(subject.StreamTasks, subject.ConsumerMirror, subject.TaskAll),
+		consumerInfo(subject.StreamTasks, subject.ConsumerMirror),
+		ack(subject.StreamTasks, subject.ConsumerMirror),
+	}
+	read(&p, Mirror, subject.StreamTasks) // pulls; `ax audit rebuild`
+	return p
+}
+
+func operator() Permissions {
+	var p Permissions
+	p.Publish.Allow = append(submitSubjects(nil), // re-run, a schedule fired by hand
+		subject.CommandAll,
+		subject.Audit(auditOperator, ">"),
+		streamInfoAll,
+		jsAPI+"INFO", jsAPI+"STREAM.NAMES", jsAPI+"STREAM.LIST",
+		jsAPI+"CONSUMER.INFO.*.*", jsAPI+"CONSUMER.NAMES.*", jsAPI+"CONSUMER.LIST.*", // backlogs, lag
+		jsAPI+"STREAM.PURGE."+subject.StreamRejected,
+	)
+	read(&p, Operator, subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
+		subject.StreamDLQ, subject.StreamRejected, subject.StreamHeld, subject.StreamAudit, subject.StreamPoison,
+		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl), objStream(subject.BucketObjects))
+	return p
+}
+
+// auditOperator is sdk.AuditOperator (the sdk imports this module's
+// internals, not the other way round).
+const auditOperator = "operator"
+
+func validToken(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validPattern accepts a task type, or one with wildcard tokens ("*", and
+// ">" last).
+func validPattern(s string) bool {
+	toks := strings.Split(s, ".")
+	for i, tok := range toks {
+		switch {
+		case tok == "*":
+		case tok == ">" && i == len(toks)-1:
+		case !validToken(tok):
+			return false
+		}
+	}
+	return true
+}
+
+// sorted returns a copy of list sorted and without duplicates.
+func sorted(list []string) []string {
+	out := slices.Clone(list)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

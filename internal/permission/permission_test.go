@@ -1,0 +1,208 @@
+package permission_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ax-run/ax/internal/permission"
+	"github.com/ax-run/ax/internal/subject"
+)
+
+// match reports whether a NATS subject pattern matches subj ("*" one token,
+// ">" one or more at the end).
+func match(pattern, subj string) bool {
+	p, s := strings.Split(pattern, "."), strings.Split(subj, ".")
+	for i, tok := range p {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s):
+			return false
+		case tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(p) == len(s)
+}
+
+func allowed(r permission.Rules, subj string) bool {
+	ok := false
+	for _, a := range r.Allow {
+		ok = ok || match(a, subj)
+	}
+	for _, d := range r.Deny {
+		ok = ok && !match(d, subj)
+	}
+	return ok
+}
+
+func TestMatch(t *testing.T) {
+	for _, c := range []struct {
+		pattern, subj string
+		want          bool
+	}{
+		{"a.>", "a.b.c", true}, {"a.>", "a", false}, {"a.*", "a.b", true}, {"a.*", "a.b.c", false},
+		{"a.b", "a.b", true}, {"a.b", "a.b.c", false}, {"$JS.API.CONSUMER.CREATE.S.*.>", "$JS.API.CONSUMER.CREATE.S.n.f.>", true},
+	} {
+		if got := match(c.pattern, c.subj); got != c.want {
+			t.Errorf("match(%q, %q) = %v", c.pattern, c.subj, got)
+		}
+	}
+}
+
+const (
+	createEmailP0 = "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p0.task.ready.email.p0"
+	createPdfP0   = "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-pdf-p0.task.ready.pdf.p0"
+)
+
+// The matrix of the sample account, subject by subject: what each role may
+// and may not publish and subscribe to.
+func TestMatrix(t *testing.T) {
+	users := map[string]permission.Permissions{}
+	for _, u := range permission.Sample().Users {
+		users[u.Name] = u.Permissions()
+	}
+	type check struct {
+		user, subj string
+		sub, want  bool
+	}
+	pub := func(user, subj string, want bool) check { return check{user, subj, false, want} }
+	sub := func(user, subj string, want bool) check { return check{user, subj, true, want} }
+	checks := []check{
+		// Only the orchestrator writes records, dispatches, timers, topology.
+		pub("orchestrator", subject.Task("x"), true),
+		pub("orchestrator", subject.Ready("email", 0), true),
+		pub("orchestrator", "$JS.API.STREAM.CREATE.AX_TASKS", true),
+		pub("orchestrator", subject.CancelSignal("x"), true),
+		sub("orchestrator", subject.Claim("email"), true),
+		sub("orchestrator", "_INBOX.orchestrator.abc", true),
+		sub("orchestrator", "_INBOX.producer.abc", false),
+
+		// The email executor: its own consumers, reports of its types,
+		// leases, objects, reads; nothing of pdf's, no record, no topology.
+		pub("executor-email", createEmailP0, true),
+		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-email-p5", true),
+		pub("executor-email", "$JS.ACK.AX_READY.ax-ready-email-p3.1.2.3.4.5", true),
+		pub("executor-email", subject.Completed("email.send"), true),
+		pub("executor-email", subject.Lease("x"), true),
+		pub("executor-email", subject.Claim("email"), true),
+		pub("executor-email", "$O.AX_OBJECTS.C.abc", true),
+		pub("executor-email", "$JS.API.STREAM.MSG.GET.AX_TASKS", true),
+		pub("executor-email", "$JS.API.STREAM.INFO.AX_TASKS", true),
+		sub("executor-email", subject.ReadyCapability("email"), true),
+		sub("executor-email", subject.CancelSignal("x"), true),
+		pub("executor-email", createPdfP0, false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p0.task.ready.pdf.p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_READY.any.task.ready.email.p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.DURABLE.CREATE.AX_READY.ax-ready-email-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-pdf-p0", false),
+		pub("executor-email", "$JS.ACK.AX_READY.ax-ready-pdf-p0.1.2.3.4.5", false),
+		pub("executor-email", subject.Completed("pdf.render"), false),
+		pub("executor-email", subject.Claim("pdf"), false),
+		pub("executor-email", subject.Task("x"), false),
+		pub("executor-email", subject.CancelSignal("x"), false),
+		pub("executor-email", subject.Ready("email", 0), false),
+		pub("executor-email", subject.Submit("email.send"), false),
+		pub("executor-email", "$JS.API.STREAM.CREATE.EVIL", false),
+		pub("executor-email", "$JS.API.STREAM.DELETE.AX_TASKS", false),
+		pub("executor-email", "$JS.API.STREAM.UPDATE.AX_READY", false),
+		pub("executor-email", "$JS.API.STREAM.PURGE.AX_TASKS", false),
+		pub("executor-email", "$JS.API.STREAM.PURGE.OBJ_AX_OBJECTS", false),
+		pub("executor-email", "$JS.API.CONSUMER.DELETE.AX_READY.ax-ready-pdf-p0", false),
+		pub("executor-email", "$KV.AX_CONTROL.pause.all", false),
+		sub("executor-email", subject.ReadyCapability("pdf"), false),
+		sub("executor-email", "_INBOX.>", false),
+		sub("executor-email", "_INBOX.executor-pdf.abc", false),
+		sub("executor-email", subject.Claim("email"), false),
+
+		// The producer: submits and reads; no command unless granted.
+		pub("producer", subject.SubmitLane(0, "email.send"), true),
+		pub("producer", subject.GraphSubmit, true),
+		pub("producer", "$JS.API.STREAM.MSG.GET.AX_TASKS", true),
+		pub("producer", "$JS.API.CONSUMER.CREATE.AX_TASKS.abc.ax.task.x", true),
+		pub("producer", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-mirror.ax.task.>", false),
+		pub("producer", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-mirror", false),
+		pub("producer", "$JS.API.CONSUMER.DELETE.AX_TASKS.ax-mirror", false),
+		pub("producer", "$JS.API.CONSUMER.CREATE.AX_READY.abc.task.ready.email.p0", false),
+		pub("producer", subject.Command(subject.CommandCancel, "x"), false),
+		pub("producer", subject.Task("x"), false),
+		pub("producer", subject.Completed("email.send"), false),
+		pub("producer", subject.CancelSignal("x"), false),
+		pub("producer", "$JS.API.STREAM.PURGE.AX_TASKS", false),
+
+		// The mirror reads AX_TASKS only.
+		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-mirror.ax.task.>", true),
+		pub("mirror", "$JS.ACK.AX_TASKS.ax-mirror.1.2.3.4.5", true),
+		pub("mirror", subject.Task("x"), false),
+		pub("mirror", "$JS.API.STREAM.PURGE.AX_TASKS", false),
+		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_READY.abc.task.ready.email.p0", false),
+
+		// Operators command and read; they write no record.
+		pub("operator", subject.Command(subject.CommandRedrive, "x"), true),
+		pub("operator", subject.Audit("operator", "x"), true),
+		pub("operator", "$JS.API.CONSUMER.INFO.AX_READY.ax-ready-email-p0", true),
+		pub("operator", subject.Audit("breaker", "x"), false),
+		pub("operator", subject.Task("x"), false),
+		pub("operator", "$JS.API.STREAM.DELETE.AX_TASKS", false),
+		pub("console", subject.Command(subject.CommandCancel, "x"), true),
+	}
+	for _, c := range checks {
+		p, ok := users[c.user]
+		if !ok {
+			t.Fatalf("no user %s", c.user)
+		}
+		r, kind := p.Publish, "publish"
+		if c.sub {
+			r, kind = p.Subscribe, "subscribe"
+		}
+		if got := allowed(r, c.subj); got != c.want {
+			t.Errorf("%s may %s %s: %v, want %v", c.user, kind, c.subj, got, c.want)
+		}
+	}
+}
+
+func TestProducerOptions(t *testing.T) {
+	p := permission.User{Name: "shop", Role: permission.Producer, Types: []string{"order.>"}, Cancel: true}.Permissions()
+	for subj, want := range map[string]bool{
+		subject.SubmitLane(3, "order.create"):               true,
+		subject.Submit("order.create"):                      true,
+		subject.SubmitLane(3, "email.send"):                 false,
+		subject.GraphSubmit:                                 false,
+		subject.Command(subject.CommandCancel, "x"):         true,
+		subject.Command(subject.CommandRedrive, "x"):        false,
+		subject.Command(subject.CommandCancel, "a/shard/1"): true,
+	} {
+		if got := allowed(p.Publish, subj); got != want {
+			t.Errorf("producer shop may publish %s: %v, want %v", subj, got, want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, u := range []permission.User{
+		{Name: "", Role: permission.Producer},
+		{Name: "a.b", Role: permission.Producer},
+		{Name: "e", Role: permission.Executor, Types: []string{"x.>"}},
+		{Name: "e", Role: permission.Executor, Capability: "email"},
+		{Name: "e", Role: permission.Executor, Capability: "em.ail", Types: []string{"x"}},
+		{Name: "e", Role: permission.Executor, Capability: "email", Types: []string{"x.>.y"}},
+		{Name: "o", Role: permission.Operator, Cancel: true},
+		{Name: "m", Role: permission.Mirror, Types: []string{"x"}},
+		{Name: "x", Role: "admin"},
+	} {
+		if err := u.Validate(); err == nil {
+			t.Errorf("%+v: valid, want an error", u)
+		}
+	}
+	dup := permission.Account{Users: []permission.User{{Name: "o", Role: permission.Orchestrator}, {Name: "o", Role: permission.Mirror}}}
+	if err := dup.Validate(); err == nil {
+		t.Error("duplicate user names accepted")
+	}
+	if err := (permission.Account{Users: []permission.User{{Name: "p", Role: permission.Producer}}}).Validate(); err == nil {
+		t.Error("an account without an orchestrator accepted")
+	}
+	if err := permission.Sample().Validate(); err != nil {
+		t.Errorf("sample: %v", err)
+	}
+}

@@ -1,0 +1,139 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+// A command whose Ax-Reply-To names a subject that is not an inbox (here a
+// task's history) is carried out, but its reply is not published there: the
+// orchestrator writes with its own rights, which cover every record.
+func TestCommandReplyOnlyToAnInbox(t *testing.T) {
+	t.Parallel()
+	srv, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{Capabilities: []string{"none"}})
+	nc := testenv.Conn(t, srv.URL())
+	ctx := testenv.Context(t, 30*time.Second)
+	for _, id := range []string{"victim", "target-a", "target-b"} {
+		s := newSpec(id, "ok")
+		s.Capability = "nobody" // stays ready
+		if _, err := c.Submit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "tasks ready", func() bool {
+		for _, id := range []string{"victim", "target-a", "target-b"} {
+			if got, err := c.Get(ctx, id); err != nil || got.State != task.Ready {
+				return false
+			}
+		}
+		return true
+	})
+	before, err := c.History(ctx, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spy, err := nc.SubscribeSync(subject.Task("victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	cmd := nats.NewMsg(subject.Command(subject.CommandCancel, "target-a"))
+	cmd.Header.Set(subject.HeaderReplyTo, subject.Task("victim"))
+	if _, err := js.PublishMsg(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "target-a cancelled", func() bool {
+		got, err := c.Get(ctx, "target-a")
+		return err == nil && got.State == task.Cancelled
+	})
+	// A command with an inbox is answered. The forged command's reply would
+	// have been published right after its transition, which was observed
+	// before this round trip started.
+	if _, err := c.Cancel(ctx, "target-b", ""); err != nil {
+		t.Fatalf("cancel with an inbox: %v", err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := spy.NextMsg(200 * time.Millisecond); err == nil {
+		t.Fatalf("the orchestrator published a command reply on %s: %s", m.Subject, m.Data)
+	}
+	after, err := c.History(ctx, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("victim's history grew from %d to %d events", len(before), len(after))
+	}
+}
+
+// A report is about a task of its subject's type: one published on another
+// type's completed subject, or naming another type than its task's, is
+// dropped, even with the task's current execution id (which any reader of
+// AX_TASKS can learn). Executors may publish only the completed subjects of
+// the types they serve, so this keeps an executor to its own tasks.
+func TestReportBoundToItsSubjectsType(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv, ex, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
+		select {
+		case <-release:
+			return "real", nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	})
+	nc := testenv.Conn(t, srv.URL())
+	js, _ := jetstream.New(nc)
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, err := c.Submit(ctx, newSpec("victim", "held")); err != nil {
+		t.Fatal(err)
+	}
+	var running *task.Task
+	testenv.Eventually(t, 30*time.Second, "victim running", func() bool {
+		got, err := c.Get(ctx, "victim")
+		running = got
+		return err == nil && got.State == task.Running
+	})
+	forge := func(subj, typ string) {
+		t.Helper()
+		r := task.Report{ID: "victim", Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
+			Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
+			Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`)}
+		data, _ := json.Marshal(r)
+		if _, err := js.Publish(ctx, subj, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forge(subject.Completed("other"), "held") // the subject of a type the forger may report
+	forge(subject.Completed("other"), "other")
+	// A task run after the forged reports were stored: by its end they were
+	// most likely handled; if one were applied later, the victim's result
+	// below would be the forged one.
+	if _, err := c.Submit(ctx, newSpec("marker", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "marker"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("marker: %+v %v", got, err)
+	}
+	if got, err := c.Get(ctx, "victim"); err != nil || got.State != task.Running {
+		t.Fatalf("victim after forged reports: %+v %v; want still running", got, err)
+	}
+	close(release)
+	got, err := c.Wait(ctx, "victim")
+	if err != nil || got.State != task.Succeeded || string(got.Result) != `"real"` {
+		t.Fatalf("victim: %+v %v; want succeeded with the real result", got, err)
+	}
+}
