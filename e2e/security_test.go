@@ -66,7 +66,9 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	workers := map[string]*proc{}
 	for _, capability := range []string{"email", "pdf"} {
 		workers[capability] = c.newProc("worker-"+capability, withUser("executor-"+capability, "worker", "--id", "worker-"+capability,
-			"--capabilities", capability, "--log-level", logLevel())...)
+			// A 1 s heartbeat: attempts of a few seconds are marked running
+			// through ax.claim.<capability>, under the executor's rights.
+			"--capabilities", capability, "--ack-wait", "3s", "--log-level", logLevel())...)
 		workers[capability].start()
 	}
 	c.newProc("mirror", withUser("mirror", "mirror", "--mysql-dsn", dsn, "--log-level", logLevel())...).start()
@@ -360,9 +362,11 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		}
 	})
 	step("email executor reports pdf's task", func() {
-		submit("pdf-long", demo.TypeFlaky, "pdf", demo.Params{Sleep: "4s", Label: "real"}, nil)
+		submit("pdf-long", demo.TypeFlaky, "pdf", demo.Params{Sleep: "8s", Label: "real"}, nil)
 		want["pdf-long"] = task.Succeeded
-		waitState(t, ctx, prod, "pdf-long", task.Running)
+		// Ready (dispatched under its execution id) while it runs: an
+		// attempt is marked running only after a heartbeat.
+		waitState(t, ctx, prod, "pdf-long", task.Ready)
 		// An executor reads any task's record, its execution id included.
 		tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
 		if err != nil {
