@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -104,21 +105,19 @@ func (s *Set) Known(typ string) bool {
 	return ok
 }
 
-// Fits reports whether the types, added to those accepted, would stay
-// within the limit as far as this process knows: a graph of new types is
-// refused whole instead of recording some of them first.
-func (s *Set) Fits(types []string) bool {
+// Unknown returns the distinct types not accepted yet, as far as this
+// process knows, and whether they would all fit within the limit: a graph
+// of new types is refused whole instead of recording some of them first.
+// Known types cost no allocation.
+func (s *Set) Unknown(types []string) (unknown []string, fit bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	n := len(s.known)
-	seen := make(map[string]bool, len(types))
 	for _, t := range types {
-		if _, ok := s.known[t]; !ok && !seen[t] {
-			seen[t] = true
-			n++
+		if _, ok := s.known[t]; !ok && !slices.Contains(unknown, t) {
+			unknown = append(unknown, t)
 		}
 	}
-	return n <= s.limit
+	return unknown, len(s.known)+len(unknown) <= s.limit
 }
 
 // state says whether typ is accepted and whether the set is full.

@@ -74,8 +74,11 @@ func TestAdmitUpToTheLimit(t *testing.T) {
 	if got := recorded(t, ctx, srv.URL()); fmt.Sprint(got) != "[a b]" {
 		t.Fatalf("recorded %v", got)
 	}
-	if s.Fits([]string{"a"}) != true || s.Fits([]string{"c"}) {
-		t.Fatal("Fits is wrong on a full set")
+	if u, fit := s.Unknown([]string{"a", "b"}); len(u) != 0 || !fit {
+		t.Fatalf("Unknown of known types: %v %v", u, fit)
+	}
+	if u, fit := s.Unknown([]string{"a", "c", "c"}); fmt.Sprint(u) != "[c]" || fit {
+		t.Fatalf("Unknown of a new type on a full set: %v %v", u, fit)
 	}
 
 	// A restarted orchestrator, with the same limit: same answers, and
@@ -89,8 +92,11 @@ func TestAdmitUpToTheLimit(t *testing.T) {
 	}
 	// A raised limit accepts more; a lowered one keeps the first ones.
 	raised := newSet(t, ctx, srv.URL(), 3, "o2")
-	if !raised.Fits([]string{"a", "c"}) || raised.Fits([]string{"c", "d"}) {
-		t.Fatal("Fits is wrong with one free slot")
+	if _, fit := raised.Unknown([]string{"a", "c"}); !fit {
+		t.Fatal("one new type must fit in one free slot")
+	}
+	if u, fit := raised.Unknown([]string{"c", "d"}); fit || len(u) != 2 {
+		t.Fatalf("two new types in one free slot: %v %v", u, fit)
 	}
 	if err := raised.Admit(ctx, "c"); err != nil {
 		t.Fatalf("admit c under a raised limit: %v", err)
