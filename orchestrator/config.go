@@ -51,8 +51,13 @@ type Config struct {
 	// Probes through. Defaults: 50 %, 1m, 20, 30s, 3. A Threshold of 1 or
 	// more disables it (a ratio never exceeds 1).
 	Breaker BreakerConfig
-	// MaxPayload is the largest accepted payload in bytes. Default 256 KiB.
+	// MaxPayload is the largest accepted payload in bytes (with a codec,
+	// of the encoded form). Default 256 KiB (task.DefaultMaxPayload); it
+	// may be raised. The other limits on one submitter are in Limits.
 	MaxPayload int
+	// Limits bound graphs, dependencies, shards and distinct task types;
+	// see Limits for each default. New refuses a value above its ceiling.
+	Limits Limits
 	// Workers bounds concurrently handled messages per consumer. Default 64.
 	Workers int
 	// Batch is the pull batch size. Default 256.
@@ -129,6 +134,7 @@ func (c Config) withDefaults() config {
 	if c.MaxPayload <= 0 {
 		c.MaxPayload = task.DefaultMaxPayload
 	}
+	c.Limits = c.Limits.withDefaults()
 	if c.Workers <= 0 {
 		c.Workers = DefaultWorkers
 	}

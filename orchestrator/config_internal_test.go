@@ -8,6 +8,7 @@ import (
 	"github.com/ax-run/ax/internal/retry"
 	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/internal/window"
+	"github.com/ax-run/ax/task"
 )
 
 // TestPublicDefaultsMatchTheImplementation: the documented Default*
@@ -24,6 +25,12 @@ func TestPublicDefaultsMatchTheImplementation(t *testing.T) {
 		Cooldown: DefaultBreakerCooldown, Probes: DefaultBreakerProbes, ProbeTimeout: DefaultBreakerProbeTimeout}
 	if got := c.Breaker.WithDefaults(); got != want {
 		t.Errorf("breaker defaults %+v, documented %+v", got, want)
+	}
+	if want := (Limits{MaxGraphTasks: task.MaxGraphTasks, MaxDependencies: task.MaxDependencies, MaxShards: task.MaxShards}); c.Limits != want {
+		t.Errorf("limits defaults %+v, documented %+v", c.Limits, want)
+	}
+	if low := (Config{Limits: Limits{MaxGraphTasks: 1, MaxDependencies: 2, MaxShards: 3, MaxTaskTypes: 4}}).withDefaults(); low.Limits != (Limits{1, 2, 3, 4}) {
+		t.Errorf("configured limits changed by defaults: %+v", low.Limits)
 	}
 	for _, s := range topology.Streams(c.Topology) {
 		if s.Duplicates != 0 && s.Duplicates != DefaultDuplicateWindow {

@@ -20,6 +20,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/internal/tracing"
+	"github.com/ax-run/ax/internal/typeset"
 	"github.com/ax-run/ax/internal/unique"
 	"github.com/ax-run/ax/internal/window"
 )
@@ -40,6 +41,9 @@ type Orchestrator struct {
 	edges *edges.Edges
 	// unique holds the tasks' unique keys.
 	unique *unique.Keys
+	// types holds the accepted task types under Limits.MaxTaskTypes (nil:
+	// unlimited).
+	types *typeset.Set
 	// objects holds shard plans and large results.
 	objects jetstream.ObjectStore
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
@@ -78,6 +82,9 @@ type Orchestrator struct {
 func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if nc == nil {
 		return nil, errors.New("orchestrator: nil NATS connection")
+	}
+	if err := cfg.Limits.validate(); err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
 	c := cfg.withDefaults()
 	js, err := jetstream.New(nc)
@@ -252,6 +259,11 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	if o.unique, err = unique.New(ctx, o.js); err != nil {
 		return err
+	}
+	if n := o.cfg.Limits.MaxTaskTypes; n > 0 && o.types == nil {
+		if o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now); err != nil {
+			return err
+		}
 	}
 	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketObjects, err)

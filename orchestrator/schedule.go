@@ -115,6 +115,13 @@ func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []b
 	if err != nil {
 		return nil, fmt.Errorf("%w: schedule %s: %v", errCommand, name, err)
 	}
+	if err := o.admitTypes(ctx, def.Template.Type); err != nil {
+		var rej errRejected
+		if errors.As(err, &rej) {
+			return nil, fmt.Errorf("%w: schedule %s: template: %v", errCommand, name, rej.reason)
+		}
+		return nil, err
+	}
 	if def.Overlap == "" {
 		def.Overlap = task.OverlapSkip
 	}
@@ -235,7 +242,11 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 		} else {
 			spec := s.Template
 			spec.ID = id
-			if err := o.create(ctx, spec, nil); err != nil {
+			err := o.admitTypes(ctx, spec.Type)
+			if err == nil {
+				err = o.create(ctx, spec, nil)
+			}
+			if err != nil {
 				var rej errRejected
 				if !errors.As(err, &rej) {
 					return err

@@ -39,14 +39,22 @@ func (o *Orchestrator) planned(t task.Task, r task.Report) (task.Task, string) {
 	switch {
 	case r.Plan == nil:
 		return o.plannerFailed(t, r, "the planner reported no plan (is the type registered with executor.HandleShards on "+r.Executor+"?)")
-	case r.Plan.Shards < 0 || r.Plan.Shards > task.MaxShards:
-		return o.plannerFailed(t, r, fmt.Sprintf("the planner returned %d shards; the limit is %d", r.Plan.Shards, task.MaxShards))
+	case r.Plan.Shards < 0 || r.Plan.Shards > o.cfg.Limits.MaxShards:
+		return o.plannerFailed(t, r, fmt.Sprintf("the planner returned %d shards; the limit is %d%s", r.Plan.Shards, o.cfg.Limits.MaxShards, shardLimitSource(o.cfg.Limits.MaxShards)))
 	}
 	t.State = task.Waiting
 	t.Phase = task.PhaseShards
 	t.Sharding = &task.Sharding{PlanRef: *r.Plan, PlannedAt: now}
 	t.UpdatedAt = now
 	return t, fmt.Sprintf("attempt %d planned %d shards", t.Attempt, r.Plan.Shards)
+}
+
+// shardLimitSource says where a shard limit below the ceiling comes from.
+func shardLimitSource(limit int) string {
+	if limit < task.MaxShards {
+		return " (ax orchestrator --max-shards)"
+	}
+	return ""
 }
 
 // plannerFailed fails a shardable task whose planner's outcome is unusable.

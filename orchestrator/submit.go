@@ -42,6 +42,9 @@ func (o *Orchestrator) handleSubmit(ctx context.Context, msg jetstream.Msg) erro
 	}
 	spec, err := o.decodeSubmission(msg)
 	if err == nil {
+		err = o.admitTypes(ctx, spec.Type)
+	}
+	if err == nil {
 		err = o.create(ctx, spec, nil)
 	}
 	var rej errRejected
@@ -72,6 +75,9 @@ func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
 	}
 	if spec.ID == "" {
 		spec.ID = derivedID(msg)
+	}
+	if err := o.checkSpec(spec); err != nil {
+		return spec, errRejected{reason: err}
 	}
 	if err := spec.Validate(o.cfg.MaxPayload); err != nil {
 		return spec, errRejected{reason: err}
@@ -108,9 +114,19 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 	if err != nil {
 		return o.rejectGraph(ctx, graphIDs(msg.Data()), msg, err)
 	}
+	if err := o.checkGraph(g); err != nil {
+		return o.rejectGraph(ctx, g, msg, err)
+	}
 	sorted, err := g.Sorted(o.cfg.MaxPayload)
 	if err != nil {
 		return o.rejectGraph(ctx, g, msg, err)
+	}
+	if err := o.admitGraphTypes(ctx, sorted); err != nil {
+		var rej errRejected
+		if errors.As(err, &rej) {
+			return o.rejectGraph(ctx, g, msg, rej.reason)
+		}
+		return err
 	}
 	inGraph := make(map[string]bool, len(sorted))
 	for _, s := range sorted {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
 )
 
 func orchestratorCmd(g *globals) *cobra.Command {
@@ -63,7 +64,11 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.StringVar(&cfg.NodeID, "node-id", "", "name of this orchestrator in the audit trail (default orchestrator-<host>-<pid>)")
 	f.IntVar(&cfg.Workers, "workers", orchestrator.DefaultWorkers, "messages handled concurrently per consumer")
 	f.DurationVar(&cfg.AckWait, "ack-wait", orchestrator.DefaultAckWait, "how long a message held by an orchestrator that died waits before another takes it")
-	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes (default 256 KiB)")
+	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes, encoded (default 256 KiB)")
+	f.IntVar(&cfg.Limits.MaxGraphTasks, "max-graph-tasks", task.MaxGraphTasks, "most tasks in one submitted graph; a larger graph is rejected (may be lowered, not raised)")
+	f.IntVar(&cfg.Limits.MaxDependencies, "max-dependencies", task.MaxDependencies, "most depends_on entries of one task; a task with more is rejected (may be lowered, not raised)")
+	f.IntVar(&cfg.Limits.MaxShards, "max-shards", task.MaxShards, "most shards one planner may return; a larger plan fails its task (may be lowered, not raised)")
+	f.IntVar(&cfg.Limits.MaxTaskTypes, "max-task-types", 0, "most distinct task types the cluster accepts new tasks for, recorded in AX_TYPES (give every orchestrator the same value; 0: unlimited)")
 	f.DurationVar(&cfg.Retry.Base, "retry-base", orchestrator.DefaultRetryBase, "delay before the first retry")
 	f.Float64Var(&cfg.Retry.Factor, "retry-factor", orchestrator.DefaultRetryFactor, "backoff multiplier per retry")
 	f.DurationVar(&cfg.Retry.Max, "retry-max", orchestrator.DefaultRetryMax, "largest backoff delay before jitter")

@@ -24,6 +24,7 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		StreamHeld, StreamAudit, HeldAll, AuditAll, BucketSchedules, BucketControl, BucketRetryWindows,
 		ControlPauseAll, "pause.type.<type>", "breaker.<type>", "ax.held.<type>.<id>", "ax.audit.<kind>.<key>",
 		string(TimerStart), string(TimerDeadline), string(TimerDispatch), string(TimerSchedule),
+		StreamTypes, TaskTypeAll, TaskType("<type>"),
 		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
 	}
 	for _, n := range names {
@@ -47,6 +48,12 @@ func TestNames(t *testing.T) {
 	}
 	if typ, ok := TypeFromSubmit("task.submit.email.send"); !ok || typ != "email.send" {
 		t.Errorf("TypeFromSubmit = %q %v", typ, ok)
+	}
+	if typ, ok := TaskTypeFrom(TaskType("email.send")); !ok || typ != "email.send" {
+		t.Errorf("TaskTypeFrom = %q %v", typ, ok)
+	}
+	if _, ok := TaskTypeFrom("ax.type."); ok {
+		t.Error("TaskTypeFrom accepted an empty type")
 	}
 	if kind, id, ok := ParseCommand("ax.cmd.cancel.a/b"); !ok || kind != "cancel" || id != "a/b" {
 		t.Errorf("ParseCommand = %q %q %v", kind, id, ok)

@@ -27,6 +27,7 @@ const (
 	StreamCounts    = "AX_COUNTS"
 	StreamLeases    = "AX_LEASES"
 	StreamUnique    = "AX_UNIQUE"
+	StreamTypes     = "AX_TYPES"
 )
 
 // BucketObjects is the object store of planners' shard lists and results
@@ -111,6 +112,7 @@ const (
 	CountAll        = "ax.count.>"
 	LeaseAll        = "ax.lease.>"
 	UniqueAll       = "ax.unique.>"
+	TaskTypeAll     = "ax.type.>"
 )
 
 const (
@@ -397,4 +399,18 @@ func ReplyToAllowed(subj string) bool {
 		}
 	}
 	return true
+}
+
+const taskTypePrefix = "ax.type."
+
+// TaskType is where a task type the orchestrators accept new tasks for is
+// recorded when a limit on distinct types is configured: one message per
+// type, each written with an expected last stream sequence, so the types
+// are counted in one agreed order (see package typeset).
+func TaskType(taskType string) string { return taskTypePrefix + taskType }
+
+// TaskTypeFrom returns the task type of an ax.type.<type> subject.
+func TaskTypeFrom(subj string) (string, bool) {
+	t, ok := strings.CutPrefix(subj, taskTypePrefix)
+	return t, ok && t != ""
 }

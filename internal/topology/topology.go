@@ -185,6 +185,15 @@ func Streams(o Options) []jetstream.StreamConfig {
 			AllowMsgTTL:       true,
 		},
 		{
+			Name:        subject.StreamTypes,
+			Description: "AX task types accepted under a limit on distinct types: one message per type, in the order they were first accepted",
+			Subjects:    []string{subject.TaskTypeAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			MaxMsgSize:  1 << 10,
+		},
+		{
 			Name:        subject.StreamPoison,
 			Description: "AX messages an orchestrator could not apply after their delivery limit, kept for re-drive (ax poison)",
 			Subjects:    []string{subject.PoisonAll},
