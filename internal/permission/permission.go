@@ -253,7 +253,7 @@ func orchestrator() Permissions {
 		subject.TaskAll, subject.TimerAll, subject.FireAll, subject.CommandAll, subject.DLQAll,
 		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll,
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
-		subject.PoisonAll,
+		subject.PoisonAll, subject.TaskTypeAll,
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
 		objAll(subject.BucketObjects),
 		// Command replies (Ax-Reply-To: another user's inbox).

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ax-run/ax/internal/permission"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
 )
 
 // match reports whether a NATS subject pattern matches subj ("*" one token,
@@ -204,5 +205,26 @@ func TestValidate(t *testing.T) {
 	}
 	if err := permission.Sample().Validate(); err != nil {
 		t.Errorf("sample: %v", err)
+	}
+}
+
+// TestOrchestratorWritesEveryStream: the orchestrator owns the topology,
+// so it may publish on every subject of every stream AX declares — a
+// stream added later without a line in the matrix fails here, not in a
+// deployment.
+func TestOrchestratorWritesEveryStream(t *testing.T) {
+	var orch permission.Permissions
+	for _, u := range permission.Sample().Users {
+		if u.Role == permission.Orchestrator {
+			orch = u.Permissions()
+		}
+	}
+	for _, sc := range topology.Streams(topology.Options{}) {
+		for _, subj := range sc.Subjects {
+			probe := strings.NewReplacer(">", "x", "*", "x").Replace(subj)
+			if !allowed(orch.Publish, probe) {
+				t.Errorf("stream %s: the orchestrator may not publish on %s", sc.Name, subj)
+			}
+		}
 	}
 }
