@@ -41,7 +41,7 @@ type Config struct {
 	Capabilities []string
 	// Capacity in cost units: the executor pulls only while the summed
 	// estimated_cost of its running tasks is below it. A task counts from
-	// its claim until its handler returns; reporting its outcome takes one
+	// its delivery until its handler returns; reporting its outcome takes one
 	// of 4×Capacity (at least 64) report slots instead. Default 16.
 	Capacity float64
 	// Weights are the pull weights of p0…p5 (smooth weighted round robin

@@ -1,8 +1,12 @@
 // Package executor runs AX task handlers: an Executor pulls the ready
-// tasks of its capabilities (by priority, within its capacity), claims
-// each with a compare-and-set, runs its handler with the task's timeout,
+// tasks of its capabilities (by priority, within its capacity), checks
+// each is still due (a leader read: a task cancelled or dispatched again
+// while queued is not run), runs its handler with the task's timeout,
 // keeps its lease alive with heartbeats and reports the outcome to the
-// orchestrator. Tasks are submitted with package sdk; the orchestrator
+// orchestrator. Executors never write task records: takeovers of
+// redelivered dispatches and the running mark of long attempts are
+// claimed through the orchestrator, so an executor needs no right to
+// write any record. Tasks are submitted with package sdk; the orchestrator
 // decides retries, dependencies and dead letters.
 //
 // # Handlers
