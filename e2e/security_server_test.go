@@ -1,14 +1,7 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,65 +15,8 @@ import (
 
 	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/permission"
+	"github.com/ax-run/ax/internal/testenv"
 )
-
-// pki is a CA with a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files.
-type pki struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T, dir string) pki {
-	t.Helper()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ax e2e CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (string, string) {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return write(cn+".pem", "CERTIFICATE", der), write(cn+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	p := pki{ca: write("ca.pem", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth, nil)
-	return p
-}
 
 // secureNATS is a nats-server run from a configuration file the way
 // `nats-server -c` runs it — TLS with client certificates required, AX's
@@ -91,7 +27,7 @@ type secureNATS struct {
 	srv       *server.Server
 	url       string
 	dir       string
-	pki       pki
+	pki       testenv.PKI
 	passwords map[string]string
 	log       *violationLog
 }
@@ -104,7 +40,7 @@ func startSecureNATS(t *testing.T, dir string, acct permission.Account) *secureN
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &secureNATS{t: t, dir: dir, pki: newPKI(t, dir), passwords: map[string]string{}, log: &violationLog{}}
+	s := &secureNATS{t: t, dir: dir, pki: testenv.NewPKI(t, dir), passwords: map[string]string{}, log: &violationLog{}}
 	var pw strings.Builder
 	for _, u := range acct.Users {
 		s.passwords[u.Name] = "pw-" + u.Name + "-" + fmt.Sprint(time.Now().UnixNano())
@@ -126,7 +62,7 @@ jetstream {
   store_dir: %q
 }
 include "accounts.conf"
-`, s.pki.serverCert, s.pki.serverKey, s.pki.ca, filepath.Join(dir, "jetstream"))
+`, s.pki.ServerCert, s.pki.ServerKey, s.pki.CA, filepath.Join(dir, "jetstream"))
 	for name, body := range map[string]string{"accounts.conf": accounts, "passwords.conf": pw.String(), "server.conf": conf} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 			t.Fatal(err)
@@ -157,7 +93,7 @@ include "accounts.conf"
 // client certificate, the CA and its inbox prefix.
 func (s *secureNATS) settings(user string) natsconn.Settings {
 	return natsconn.Settings{URL: s.url, User: user, PasswordFile: filepath.Join(s.dir, user+".password"),
-		TLSCert: s.pki.clientCert, TLSKey: s.pki.clientKey, TLSCA: s.pki.ca,
+		TLSCert: s.pki.ClientCert, TLSKey: s.pki.ClientKey, TLSCA: s.pki.CA,
 		InboxPrefix: permission.User{Name: user}.InboxPrefix()}
 }
 

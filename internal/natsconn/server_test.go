@@ -1,15 +1,8 @@
 package natsconn_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/ax-run/ax/internal/natsconn"
+	"github.com/ax-run/ax/internal/testenv"
 )
 
 // startServer runs an embedded nats-server configured by edit on a random
@@ -202,57 +196,8 @@ func TestCredsWithOperator(t *testing.T) {
 	mustFail(t, natsconn.Settings{URL: url, Creds: bad}, badSeed)
 }
 
-// testPKI is a CA with a server certificate for 127.0.0.1 and a client
-// certificate, written as PEM files.
-type testPKI struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-	pool                                             *x509.CertPool
-}
-
-func newPKI(t *testing.T) testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ax test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (certPath, keyPath string) {
-		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, _ := x509.MarshalECPrivateKey(k)
-		return write(cn+".pem", "CERTIFICATE", der), write(cn+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	p := testPKI{ca: write("ca.pem", "CERTIFICATE", caDER), pool: x509.NewCertPool()}
-	p.pool.AddCert(caCert)
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth, nil)
-	return p
-}
-
-func tlsServer(t *testing.T, p testPKI, first bool) *server.Server {
-	cert, err := tls.LoadX509KeyPair(p.serverCert, p.serverKey)
+func tlsServer(t *testing.T, p testenv.PKI, first bool) *server.Server {
+	cert, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +205,7 @@ func tlsServer(t *testing.T, p testPKI, first bool) *server.Server {
 		o.TLS, o.TLSVerify, o.TLSTimeout = true, true, 5
 		o.TLSHandshakeFirst = first
 		o.TLSConfig = &tls.Config{
-			Certificates: []tls.Certificate{cert}, ClientCAs: p.pool,
+			Certificates: []tls.Certificate{cert}, ClientCAs: p.Pool,
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12,
 		}
 	})
@@ -268,27 +213,27 @@ func tlsServer(t *testing.T, p testPKI, first bool) *server.Server {
 
 func TestTLSClientCertAndCA(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := testenv.NewPKI(t, t.TempDir())
 	s := tlsServer(t, p, false)
 	url := "tls://" + hostPort(s)
 
-	mustWork(t, natsconn.Settings{URL: url, TLSCA: p.ca, TLSCert: p.clientCert, TLSKey: p.clientKey})
+	mustWork(t, natsconn.Settings{URL: url, TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: p.ClientKey})
 	// Without the custom CA the server's certificate is not trusted.
-	mustFail(t, natsconn.Settings{URL: url, TLSCert: p.clientCert, TLSKey: p.clientKey})
+	mustFail(t, natsconn.Settings{URL: url, TLSCert: p.ClientCert, TLSKey: p.ClientKey})
 	// Without a client certificate the server refuses the handshake.
-	mustFail(t, natsconn.Settings{URL: url, TLSCA: p.ca})
+	mustFail(t, natsconn.Settings{URL: url, TLSCA: p.CA})
 	// A certificate from another CA is refused too.
-	other := newPKI(t)
-	mustFail(t, natsconn.Settings{URL: url, TLSCA: p.ca, TLSCert: other.clientCert, TLSKey: other.clientKey})
+	other := testenv.NewPKI(t, t.TempDir())
+	mustFail(t, natsconn.Settings{URL: url, TLSCA: p.CA, TLSCert: other.ClientCert, TLSKey: other.ClientKey})
 }
 
 func TestTLSHandshakeFirst(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := testenv.NewPKI(t, t.TempDir())
 	s := tlsServer(t, p, true)
 	url := "tls://" + hostPort(s)
-	mustWork(t, natsconn.Settings{URL: url, TLSCA: p.ca, TLSCert: p.clientCert, TLSKey: p.clientKey, TLSFirst: true})
-	mustFail(t, natsconn.Settings{URL: url, TLSCA: p.ca, TLSCert: p.clientCert, TLSKey: p.clientKey})
+	mustWork(t, natsconn.Settings{URL: url, TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: p.ClientKey, TLSFirst: true})
+	mustFail(t, natsconn.Settings{URL: url, TLSCA: p.CA, TLSCert: p.ClientCert, TLSKey: p.ClientKey})
 }
 
 // TestContextAgainstServer connects with nothing but a context name: the
@@ -296,8 +241,8 @@ func TestTLSHandshakeFirst(t *testing.T) {
 // environment, and the TLS files.
 func TestContextAgainstServer(t *testing.T) {
 	const pass = "ctx-Sekrit-pw"
-	p := newPKI(t)
-	cert, err := tls.LoadX509KeyPair(p.serverCert, p.serverKey)
+	p := testenv.NewPKI(t, t.TempDir())
+	cert, err := tls.LoadX509KeyPair(p.ServerCert, p.ServerKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +253,7 @@ func TestContextAgainstServer(t *testing.T) {
 	})
 	t.Setenv("AX_TEST_CTX_PASSWORD", pass)
 	dir := t.TempDir()
-	writeContext(t, dir, "prod", `{"url":"tls://`+hostPort(s)+`","user":"ax","password":"env://AX_TEST_CTX_PASSWORD","ca":"`+p.ca+`"}`)
+	writeContext(t, dir, "prod", `{"url":"tls://`+hostPort(s)+`","user":"ax","password":"env://AX_TEST_CTX_PASSWORD","ca":"`+p.CA+`"}`)
 	mustWork(t, natsconn.Settings{ContextDir: dir, Context: "prod"})
 	// The selected context applies when none is named.
 	if err := os.WriteFile(filepath.Join(dir, "context.txt"), []byte("prod\n"), 0o600); err != nil {

@@ -1,15 +1,8 @@
 package permission_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,6 +15,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/ax-run/ax/internal/permission"
+	"github.com/ax-run/ax/internal/testenv"
 )
 
 const securityDir = "../../deploy/security/"
@@ -48,9 +42,7 @@ func TestSampleFileIsGenerated(t *testing.T) {
 // without a password is refused.
 func TestSampleServerConf(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey := newCA(t, dir)
-	leaf(t, dir, "server", ca, caKey, x509.ExtKeyUsageServerAuth)
-	leaf(t, dir, "client", ca, caKey, x509.ExtKeyUsageClientAuth)
+	testenv.NewPKI(t, dir) // ca.pem, server.pem, client.pem and their keys
 
 	conf, err := os.ReadFile(securityDir + "nats-server.conf")
 	if err != nil {
@@ -158,51 +150,4 @@ func write(t *testing.T, dir, name, body string) {
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) {
-	t.Helper()
-	write(t, dir, name, string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})))
-}
-
-func newCA(t *testing.T, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, dir, "ca.pem", "CERTIFICATE", der)
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, k
-}
-
-func leaf(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, usage x509.ExtKeyUsage) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, dir, name+".pem", "CERTIFICATE", der)
-	writePEM(t, dir, name+"-key.pem", "EC PRIVATE KEY", kder)
 }
