@@ -223,30 +223,33 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 		return e.claimByOrchestrator(ctx, d, delivered, e.cfg.Now().UTC(), false)
 	}
 	for wait := 50 * time.Millisecond; ; wait *= 2 {
-		cur, rev, err := e.store.Get(ctx, d.ID)
+		state, executionID, rev, err := e.store.Peek(ctx, d.ID)
 		if err != nil {
-			return cur, 0, false, err
+			return d.Task, 0, false, err
 		}
 		if rev < d.Revision {
 			// A leader that is behind (cut off by a partition and not yet
 			// aware): its "ready" or "not yet" decides nothing. Read again.
 			select {
 			case <-ctx.Done():
-				return cur, 0, false, fmt.Errorf("read %s: the stream leader stayed behind its dispatch at revision %d: %w", d.ID, d.Revision, ctx.Err())
+				return d.Task, 0, false, fmt.Errorf("read %s: the stream leader stayed behind its dispatch at revision %d: %w", d.ID, d.Revision, ctx.Err())
 			case <-time.After(wait):
 			}
 			continue
 		}
 		switch {
-		case cur.ExecutionID != d.ExecutionID:
-			return cur, 0, false, nil // superseded
-		case cur.State == task.Ready:
-			return cur.Claimed(e.cfg.ID, e.cfg.Now().UTC()), 0, true, nil
-		case cur.State == task.Running:
+		case executionID != d.ExecutionID:
+			return d.Task, 0, false, nil // superseded
+		case state == task.Ready:
+			// Still this dispatch's: what runs is the dispatched record
+			// (later writes under the same execution, such as a
+			// dependent's registration, change nothing a handler sees).
+			return d.Claimed(e.cfg.ID, e.cfg.Now().UTC()), 0, true, nil
+		case state == task.Running:
 			// A copy of a dispatch whose execution runs elsewhere.
-			return cur, 0, false, errRunningElsewhere
+			return d.Task, 0, false, errRunningElsewhere
 		default:
-			return cur, 0, false, nil // cancelled, expired or ended
+			return d.Task, 0, false, nil // cancelled, expired or ended
 		}
 	}
 }

@@ -77,6 +77,31 @@ func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error)
 	return ev, msg.Sequence, nil
 }
 
+// Peek reads what an executor checks before it runs a dispatch — the
+// task's state and execution id at its current revision, from the stream
+// leader — decoding nothing else of the record (its payload, result and
+// errors are skipped).
+func (s *Store) Peek(ctx context.Context, id string) (task.State, string, uint64, error) {
+	s.reads.Add(1)
+	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "", "", 0, ErrNotFound
+		}
+		return "", "", 0, fmt.Errorf("get task %s: %w", id, err)
+	}
+	var ev struct {
+		Task struct {
+			State       task.State `json:"state"`
+			ExecutionID string     `json:"execution_id"`
+		} `json:"task"`
+	}
+	if err := json.Unmarshal(msg.Data, &ev); err != nil {
+		return "", "", 0, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
+	}
+	return ev.Task.State, ev.Task.ExecutionID, msg.Sequence, nil
+}
+
 // Write appends ev to its task's history if the task is still at revision
 // expected (0: the task must not exist yet). It returns the new revision, or
 // ErrConflict when the task moved on. The transition must be in the table.

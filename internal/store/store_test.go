@@ -88,3 +88,32 @@ func TestCompareAndSet(t *testing.T) {
 		t.Fatalf("history %+v %v", h, err)
 	}
 }
+
+// TestPeekReadsStateAndExecution: Peek gives the current record's state,
+// execution id and revision (what an executor checks), and not found for a
+// task that has no history.
+func TestPeekReadsStateAndExecution(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	if _, _, _, err := st.Peek(ctx, "t1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("peek of a missing task: %v", err)
+	}
+	ev := event("", task.Ready)
+	ev.Task.ExecutionID = "e1"
+	ev.Task.Payload = []byte(`{"skipped":"by Peek"}`)
+	rev, err := st.Write(ctx, ev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := event(task.Ready, task.Cancelled)
+	next.Task.ExecutionID = "e1"
+	rev2, err := st.Write(ctx, next, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, exec, got, err := st.Peek(ctx, "t1")
+	if err != nil || state != task.Cancelled || exec != "e1" || got != rev2 {
+		t.Fatalf("peek: %s %s %d %v, want cancelled e1 %d", state, exec, got, err, rev2)
+	}
+}
