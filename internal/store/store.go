@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/scan"
@@ -62,8 +63,7 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, uint64, error) {
 
 // Last returns a task's last event and revision.
 func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error) {
-	s.reads.Add(1)
-	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
+	msg, err := s.last(ctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return task.Event{}, 0, ErrNotFound
@@ -77,13 +77,28 @@ func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error)
 	return ev, msg.Sequence, nil
 }
 
+// last reads a task's last event. Reads are direct gets while AX_TASKS
+// has one replica, leader reads otherwise (internal/topology); when the
+// stream stopped allowing direct gets since this store bound it (it was
+// given replicas), nobody answers them: the store refreshes what it knows
+// of the stream and reads again.
+func (s *Store) last(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+	s.reads.Add(1)
+	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
+	if errors.Is(err, nats.ErrNoResponders) && s.stream.CachedInfo().Config.AllowDirect {
+		if _, ierr := s.stream.Info(ctx); ierr == nil {
+			msg, err = s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
+		}
+	}
+	return msg, err
+}
+
 // Peek reads what an executor checks before it runs a dispatch — the
 // task's state and execution id at its current revision, from the stream
 // leader — decoding nothing else of the record (its payload, result and
 // errors are skipped).
 func (s *Store) Peek(ctx context.Context, id string) (task.State, string, uint64, error) {
-	s.reads.Add(1)
-	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
+	msg, err := s.last(ctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return "", "", 0, ErrNotFound

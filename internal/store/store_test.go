@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/task"
@@ -115,5 +116,43 @@ func TestPeekReadsStateAndExecution(t *testing.T) {
 	state, exec, got, err := st.Peek(ctx, "t1")
 	if err != nil || state != task.Cancelled || exec != "e1" || got != rev2 {
 		t.Fatalf("peek: %s %s %d %v, want cancelled e1 %d", state, exec, got, err, rev2)
+	}
+}
+
+// TestReadsFollowDirectGetsBeingTurnedOff: a single-replica AX_TASKS allows
+// direct gets; a store bound then keeps reading after the stream stops
+// allowing them (given replicas), instead of failing with no responders.
+func TestReadsFollowDirectGetsBeingTurnedOff(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tasks.CachedInfo().Config.AllowDirect {
+		t.Fatal("a single-replica AX_TASKS does not allow direct gets")
+	}
+	rev, err := st.Write(ctx, event("", task.Ready), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tasks.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, got, err := st.Get(ctx, "t1"); err != nil || got != rev {
+			t.Fatalf("read after direct gets were turned off: revision %d, %v", got, err)
+		}
 	}
 }

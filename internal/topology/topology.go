@@ -5,7 +5,9 @@
 // Every stream is created without direct gets: on a cluster a direct get is
 // answered by any replica, including one that has not applied the latest
 // write, and AX decides what (not) to do from its reads. Without
-// AllowDirect, nats.go reads through the stream leader.
+// AllowDirect, nats.go reads through the stream leader. The one exception
+// is AX_TASKS while it has a single replica (see Ensure): the one server
+// that answers is the leader, and its direct gets are much cheaper.
 package topology
 
 import (
@@ -262,6 +264,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 			return err
 		}
 		cfg.Replicas = r
+		if cfg.Name == subject.StreamTasks {
+			// One replica answers everything, so a direct get is a leader
+			// read without the JSON API's cost (a raw message, not JSON with
+			// base64): the executors' check of every dispatch and most of
+			// the orchestrator's reads. With replicas, any of them might
+			// answer a direct get from behind: leader reads only.
+			cfg.AllowDirect = r == 1
+		}
 		if err := keepRetention(ctx, js, &cfg); err != nil {
 			return err
 		}
