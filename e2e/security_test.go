@@ -316,6 +316,9 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	})
 	step("email executor writes or claims a record", func() {
 		refusedPub(emailNC, "executor-email", subject.Claim("pdf"), []byte(`{}`))
+		// Nor keep a pdf task "alive" with a forged lease.
+		refusedPub(emailNC, "executor-email", subject.Lease("pdf", "pdf-flaky"), []byte(`{}`))
+		refusedPub(emailNC, "executor-email", subject.LegacyLease("pdf-flaky"), []byte(`{}`))
 		before := history("pdf-flaky")
 		refused("executor-email", "Publish", subject.Task("pdf-flaky"), func(ctx context.Context) error {
 			_, err := emailJS.Publish(ctx, subject.Task("pdf-flaky"), []byte(`{"kind":"transition"}`))

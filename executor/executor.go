@@ -30,13 +30,12 @@ type Executor struct {
 	metrics Metrics
 	// The streams the executor uses, bound by the first Start and kept:
 	// store holds the task records; fanin reads shards' outcomes for
-	// aggregators; objects holds plans and large results; leases is
-	// AX_LEASES, the leases of tasks running long enough to heart-beat,
-	// which keep a copy of their dispatch from taking over.
+	// aggregators; objects holds plans and large results. (Leases are
+	// only written here; the orchestrator reads them when it decides a
+	// takeover.)
 	store   *store.Store
 	fanin   *fanin.Markers
 	objects jetstream.ObjectStore
-	leases  jetstream.Stream
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
@@ -240,11 +239,7 @@ func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
 		}
-		leases, err := e.js.Stream(ctx, subject.StreamLeases)
-		if err != nil {
-			return nil, fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
-		}
-		e.store, e.fanin, e.objects, e.leases = st, fi, objects, leases
+		e.store, e.fanin, e.objects = st, fi, objects
 	}
 	var pullers []*puller
 	for _, capability := range e.cfg.Capabilities {

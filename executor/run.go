@@ -406,26 +406,9 @@ func (e *Executor) renewLease(t task.Task) {
 	data, _ := json.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC()})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := e.js.Publish(ctx, subject.Lease(t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
+	if _, err := e.js.Publish(ctx, subject.Lease(t.Capability, t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
 		e.log.Debug("lease not renewed", "error", err, "task_id", t.ID)
 	}
-}
-
-// leased reports whether an executor that is alive holds the lease of an
-// execution (its heartbeats keep the record from expiring).
-func (e *Executor) leased(ctx context.Context, id, executionID string) (bool, error) {
-	msg, err := e.leases.GetLastMsgForSubject(ctx, subject.Lease(id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("read lease of %s: %w", id, err)
-	}
-	var l task.Lease
-	if err := json.Unmarshal(msg.Data, &l); err != nil {
-		return false, nil // unreadable: treat as no lease
-	}
-	return l.ExecutionID == executionID, nil
 }
 
 // unknownTaskDeliveries is the delivery of a dispatch naming a task that

@@ -171,7 +171,11 @@ func (o *Orchestrator) watchRunning(ctx context.Context, t task.Task) error {
 
 // leased reports whether an executor holds a live lease on t's execution.
 func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
-	msg, err := o.leases.GetLastMsgForSubject(ctx, subject.Lease(t.ID))
+	msg, err := o.leases.GetLastMsgForSubject(ctx, subject.Lease(t.Capability, t.ID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// An executor of an earlier version keeps it under the task id.
+		msg, err = o.leases.GetLastMsgForSubject(ctx, subject.LegacyLease(t.ID))
+	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return false, nil

@@ -212,7 +212,8 @@ var durables = map[string]map[string]Role{
 	subject.StreamTasks: {subject.ConsumerMirror: Mirror},
 }
 
-// read lets a role read a stream: leader reads of single messages, and
+// read lets a role read a stream: single messages (leader reads, and the
+// direct gets AX_TASKS allows while it has one replica), and
 // short-lived ordered consumers (internal/scan, nats.go's key-value and
 // object-store readers) with their flow-control replies. Another role's
 // durable consumers on the stream are denied.
@@ -220,6 +221,7 @@ func read(p *Permissions, self Role, streams ...string) {
 	for _, s := range streams {
 		p.Publish.Allow = append(p.Publish.Allow,
 			msgGet(s),
+			jsAPI+"DIRECT.GET."+s, jsAPI+"DIRECT.GET."+s+".>",
 			jsAPI+"CONSUMER.CREATE."+s+".*",
 			jsAPI+"CONSUMER.CREATE."+s+".*.>",
 			consumerNext(s, "*"),
@@ -268,8 +270,10 @@ func executor(capabilities, types []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = []string{
 		streamInfoAll,
-		msgGet(subject.StreamTasks),  // its task's record (a leader read)
-		msgGet(subject.StreamLeases), // whether a live executor holds a lease
+		// Its task's record: a leader read, or a direct get while
+		// AX_TASKS has one replica. (Leases are the orchestrator's to read.)
+		msgGet(subject.StreamTasks),
+		jsAPI + "DIRECT.GET." + subject.StreamTasks, jsAPI + "DIRECT.GET." + subject.StreamTasks + ".>",
 	}
 	for _, c := range capabilities {
 		for lvl := range subject.Priorities {
@@ -280,14 +284,13 @@ func executor(capabilities, types []string) Permissions {
 				ack(subject.StreamReady, name),
 			)
 		}
-		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c))
+		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c), subject.LeaseCapability(c))
 		// The doorbell: a core subscription woken by new dispatches.
 		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.ReadyCapability(c))
 	}
 	for _, t := range types {
 		p.Publish.Allow = append(p.Publish.Allow, subject.Completed(t))
 	}
-	p.Publish.Allow = append(p.Publish.Allow, subject.LeaseAll)
 	p.Publish.Allow = append(p.Publish.Allow, objPut(subject.BucketObjects)...) // plans, large results
 	// Aggregators read their shards' markers; handlers read upstream
 	// results and their own job's objects.

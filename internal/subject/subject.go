@@ -366,9 +366,19 @@ func Claim(capability string) string { return claimPrefix + capability }
 // CapabilityFromClaim is the capability token of a claim subject.
 func CapabilityFromClaim(subj string) string { return strings.TrimPrefix(subj, claimPrefix) }
 
-// Lease is where the executor running a task long enough to heart-beat
-// keeps its lease: the last message, with a TTL, while it is alive.
-func Lease(id string) string { return "ax.lease." + id }
+// LeaseCapability matches the leases of one capability's tasks: an
+// executor may renew only those (deploy/security).
+func LeaseCapability(capability string) string { return "ax.lease." + capability + ".>" }
+
+// LegacyLease is where executors before leases named their task's
+// capability kept a task's lease (ax.lease.<id>); read as a fallback while
+// such executors may still run.
+func LegacyLease(id string) string { return "ax.lease." + id }
+
+// Lease is where the executor running a task of a capability long enough
+// to heart-beat keeps its lease: the last message, with a TTL, while it is
+// alive.
+func Lease(capability, id string) string { return "ax.lease." + capability + "." + id }
 
 // Unique is where the task holding a unique_key of a type is recorded: the
 // subject's one message, written with an expected last sequence of 0 and a
