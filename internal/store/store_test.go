@@ -17,6 +17,13 @@ import (
 
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
+	st, _ := newStoreJS(t)
+	return st
+}
+
+// newStoreJS is newStore with its JetStream context.
+func newStoreJS(t *testing.T) (*store.Store, jetstream.JetStream) {
+	t.Helper()
 	srv := testenv.NATS(t)
 	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
 	ctx := testenv.Context(t, 30*time.Second)
@@ -27,7 +34,7 @@ func newStore(t *testing.T) *store.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return st, js
 }
 
 func event(from, to task.State) task.Event {
@@ -124,16 +131,8 @@ func TestPeekReadsStateAndExecution(t *testing.T) {
 // allowing them (given replicas), instead of failing with no responders.
 func TestReadsFollowDirectGetsBeingTurnedOff(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	st, js := newStoreJS(t)
 	ctx := testenv.Context(t, 30*time.Second)
-	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.New(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tasks, err := js.Stream(ctx, subject.StreamTasks)
 	if err != nil {
 		t.Fatal(err)
