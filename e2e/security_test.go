@@ -87,6 +87,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	op.Caller = "operator" // commands go to ax.cmd.as.operator.…, the only ones its user may send
 
 	// ---- The normal workload, every role on its own user. ----
 	want := map[string]task.State{}
@@ -135,6 +136,10 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		if err != nil || got.State != st {
 			t.Fatalf("%s: %+v, %v; want %s", id, got, err, st)
 		}
+	}
+	// The operator's cancel is recorded under the name its user may send as.
+	if got, err := prod.Get(ctx, "email-cancel-me"); err != nil || !strings.Contains(got.Reason, "(by operator)") {
+		t.Fatalf("email-cancel-me: reason %q, %v; want the caller recorded", got.Reason, err)
 	}
 	if res, err := prod.Result(ctx, "email-split"); err != nil || !strings.Contains(string(res), `"shards":5`) {
 		t.Fatalf("result of email-split: %s, %v", res, err)
@@ -185,7 +190,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		t.Fatalf("pdf-fail after its re-drive: %+v, %v", got, err)
 	}
 	// The console, on its own user: every page renders.
-	cons := c.newProc("console", withUser("console", "console", "--addr", "127.0.0.1:0", "--mysql-dsn", dsn, "--log-level", logLevel())...)
+	cons := c.newProc("console", withUser("console", "console", "--addr", "127.0.0.1:0", "--mysql-dsn", dsn, "--as", "console", "--log-level", logLevel())...)
 	cons.start()
 	base := waitConsoleURL(t, cons)
 	for _, page := range []string{"", "api/overview", "tasks?state=failed", "task/email-gather", "task/email-split", "dlq", "rejected", "schedules"} {
@@ -277,6 +282,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		})
 		refusedPub(prodNC, "producer", subject.CancelSignal("email-noop-03"), nil)
 		refusedPub(prodNC, "producer", subject.Command(subject.CommandCancel, "email-noop-03"), nil) // not granted cancel
+		refusedPub(prodNC, "producer", subject.CommandAs("producer", subject.CommandCancel, "email-noop-03"), nil)
 		refused("producer", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.steal.task.ready.email.p2", func(ctx context.Context) error {
 			_, err := prodJS.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{Durable: "steal", FilterSubject: subject.Ready("email", 2)})
 			return err
@@ -457,12 +463,18 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("email-long: %+v, %v; want succeeded", got, err)
 		}
 	})
+	step("operator sends a command under another name", func() {
+		// Only ax.cmd.as.operator.…: the name the orchestrator records is
+		// the one the server authenticated.
+		refusedPub(opNC, "operator", subject.CommandAs("console", subject.CommandCancel, "email-noop-04"), nil)
+		refusedPub(opNC, "operator", subject.Command(subject.CommandCancel, "email-noop-04"), nil)
+	})
 	step("command reply on a record", func() {
 		submit("reply-target", demo.TypeNoop, "nobody", demo.Params{}, nil) // stays ready
 		want["reply-target"] = task.Cancelled
 		waitState(t, ctx, prod, "reply-target", task.Ready)
 		before := history("email-noop-05")
-		msg := nats.NewMsg(subject.Command(subject.CommandCancel, "reply-target"))
+		msg := nats.NewMsg(subject.CommandAs("operator", subject.CommandCancel, "reply-target"))
 		msg.Header.Set(subject.HeaderReplyTo, subject.Task("email-noop-05"))
 		if _, err := js(opNC).PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
@@ -575,7 +587,9 @@ func waitLog(t *testing.T, c *cluster, name, text string) {
 // axAs runs an ax command as user and returns its output.
 func axAs(t *testing.T, sec *secureNATS, user string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(axBin, append(args, sec.args(user)...)...).CombinedOutput()
+	// Commands are sent as the user (ax.cmd.as.<user>.…), the only name its
+	// permissions allow.
+	out, err := exec.Command(axBin, append(args, append(sec.args(user), "--as", user)...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ax %s as %s: %v\n%s", strings.Join(args, " "), user, err, out)
 	}

@@ -124,3 +124,46 @@ func TestClaimsAreTheOrchestratorsToWrite(t *testing.T) {
 		t.Fatalf("malformed claim: %s, %v", msg.Data, err)
 	}
 }
+
+// TestCommandsRecordTheirCaller: a command sent under a caller's name
+// (ax.cmd.as.<caller>.…, which per-user permissions vouch for) is recorded
+// with that name, before any name its body claims; a pause's audit event
+// names it too.
+func TestCommandsRecordTheirCaller(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s, _ := task.New("nobody-runs-this", nil)
+	s.ID = "to-cancel"
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	c.Caller = "alice"
+	got, err := c.Cancel(ctx, s.ID, "not needed")
+	if err != nil || got.Reason != "not needed (by alice)" {
+		t.Fatalf("cancel: %+v, %v", got, err)
+	}
+	if err := c.Pause(ctx, "nobody-runs-this", false, "incident"); err != nil {
+		t.Fatal(err)
+	}
+	var pauses []task.AuditEvent
+	testenv.Eventually(t, 30*time.Second, "the pause audited", func() bool {
+		evs, err := c.AuditEvents(ctx, 100)
+		pauses = pauses[:0]
+		for _, ev := range evs {
+			if ev.Kind == "pause" {
+				pauses = append(pauses, ev)
+			}
+		}
+		return err == nil && len(pauses) > 0
+	})
+	if pauses[len(pauses)-1].Reason != "incident (by alice)" {
+		t.Fatalf("pause audit %+v", pauses)
+	}
+	c.Caller = "not.one.token"
+	if _, err := c.Cancel(ctx, "x", ""); err == nil {
+		t.Fatal("a caller that is not one subject token was sent")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,7 +17,7 @@ import (
 
 // handleCommand runs an operator command and answers the requester, if any.
 func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) error {
-	kind, id, ok := subject.ParseCommand(msg.Subject())
+	caller, kind, id, ok := subject.ParseCommand(msg.Subject())
 	var req task.CommandRequest
 	if len(msg.Data()) > 0 && ok && kind != subject.CommandScheduleCreate {
 		if err := json.Unmarshal(msg.Data(), &req); err != nil {
@@ -25,6 +26,7 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		// A reason lands in records and audit events: bounded like an error.
 		req.Reason = task.TruncateError(req.Reason)
 	}
+	req.By = commandBy(caller, req.By)
 	var t task.Task
 	var sched *task.Schedule
 	var err error
@@ -40,7 +42,7 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	case kind == subject.CommandPause, kind == subject.CommandResume:
 		err = o.pause(ctx, id, kind == subject.CommandPause, req)
 	case kind == subject.CommandCancel:
-		t, err = o.cancel(ctx, id, req.Reason)
+		t, err = o.cancel(ctx, id, req.Reason, req.By)
 	case kind == subject.CommandRedrive:
 		t, err = o.redrive(ctx, id, req)
 	default:
@@ -48,6 +50,9 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	}
 	if err != nil && !errors.Is(err, errCommand) {
 		return err // transient: retry
+	}
+	if err == nil && strings.HasPrefix(kind, "schedule-") {
+		o.audit(ctx, task.AuditEvent{Kind: "schedule", Key: id, To: strings.TrimPrefix(kind, "schedule-"), Reason: strings.TrimPrefix(byline(req.By), " ")})
 	}
 	rep := task.CommandReply{OK: err == nil}
 	if err != nil {
@@ -58,6 +63,29 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	}
 	rep.Schedule = sched
 	return o.reply(msg, rep)
+}
+
+// commandBy is who a command is recorded as sent by: the caller its subject
+// names (ax.cmd.as.<caller>.…, which per-user permissions vouch for),
+// followed by the name its body gives when that differs (the console's
+// "console:<user>", say); the body's name alone for a command without one.
+func commandBy(caller, claimed string) string {
+	switch {
+	case caller == "":
+		return claimed
+	case claimed == "" || claimed == caller:
+		return caller
+	default:
+		return caller + " for " + claimed
+	}
+}
+
+// byline is " (by <who>)", or "" when nobody is named.
+func byline(by string) string {
+	if by == "" {
+		return ""
+	}
+	return " (by " + by + ")"
 }
 
 // errCommand marks a command that cannot be carried out (as opposed to a
@@ -82,10 +110,11 @@ func (o *Orchestrator) reply(msg jetstream.Msg, rep task.CommandReply) error {
 
 // cancel ends a task that has not finished. A running task's handler is
 // told to stop through the cancel signal.
-func (o *Orchestrator) cancel(ctx context.Context, id, reason string) (task.Task, error) {
+func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.Task, error) {
 	if reason == "" {
 		reason = "cancelled by request"
 	}
+	reason += byline(by)
 	t, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
 		if t.State.Terminal() {
 			return nil, "", fmt.Errorf("%w: task %s is already %s", errCommand, id, t.State)
@@ -110,9 +139,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandR
 	if req.WithDependents {
 		reason += " with its dependents"
 	}
-	if req.By != "" {
-		reason += " (by " + req.By + ")"
-	}
+	reason += byline(req.By)
 	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
 		if t.State == task.Ready && t.Redrives > 0 {
 			// A replayed redrive: make sure the dispatch happened.
@@ -188,7 +215,7 @@ func (o *Orchestrator) pause(ctx context.Context, scope string, on bool, req tas
 		if req.RetriesOnly {
 			to = "retries paused"
 		}
-		o.audit(ctx, task.AuditEvent{Kind: "pause", Key: auditKey, From: "running", To: to, Reason: req.Reason})
+		o.audit(ctx, task.AuditEvent{Kind: "pause", Key: auditKey, From: "running", To: to, Reason: req.Reason + byline(req.By)})
 		return nil
 	}
 	if err := o.control.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -202,7 +229,7 @@ func (o *Orchestrator) pause(ctx context.Context, scope string, on bool, req tas
 	} else if err == nil {
 		o.gate.apply(e)
 	}
-	o.audit(ctx, task.AuditEvent{Kind: "pause", Key: auditKey, From: "paused", To: "running", Reason: req.Reason})
+	o.audit(ctx, task.AuditEvent{Kind: "pause", Key: auditKey, From: "paused", To: "running", Reason: req.Reason + byline(req.By)})
 	o.releaseHeld(ctx, taskType, 0)
 	return nil
 }

@@ -27,10 +27,7 @@ import (
 // reasons of the re-opened tasks.
 func redriveOrigin(id string, req task.CommandRequest) string {
 	origin := "the re-drive of " + id + " with its dependents"
-	if req.By != "" {
-		origin += " (by " + req.By + ")"
-	}
-	return origin
+	return origin + byline(req.By)
 }
 
 // reopenDependents continues a re-open cascade at t (the cascade message

@@ -62,6 +62,13 @@ type Client struct {
 	// not encoded. Set it before the client is used. Default nil: payloads
 	// travel as given.
 	Codec codec.Codec
+	// Caller, when set, names who sends the client's commands (cancel,
+	// re-drive, pause, schedules): they go to ax.cmd.as.<Caller>.<kind>.<id>
+	// and the orchestrator records the name with what they change. Under
+	// the per-user permissions of deploy/security a user may send commands
+	// only under its own name, so the name is vouched for by the NATS
+	// server. One subject token: no dots, wildcards or white space.
+	Caller string
 }
 
 // Connect dials NATS at url and returns a client that closes the connection
@@ -423,7 +430,14 @@ func (c *Client) send(ctx context.Context, kind, id string, body []byte) (*task.
 		return nil, fmt.Errorf("%s %s: %w", kind, id, err)
 	}
 	defer sub.Unsubscribe()
-	msg := nats.NewMsg(subject.Command(kind, id))
+	subj := subject.Command(kind, id)
+	if c.Caller != "" {
+		if !subject.ValidCaller(c.Caller) {
+			return nil, fmt.Errorf("%s %s: caller %q is not one subject token of at most 64 characters", kind, id, c.Caller)
+		}
+		subj = subject.CommandAs(c.Caller, kind, id)
+	}
+	msg := nats.NewMsg(subj)
 	msg.Data = body
 	msg.Header.Set(subject.HeaderReplyTo, inbox)
 	if _, err := c.js.PublishMsg(ctx, msg); err != nil {

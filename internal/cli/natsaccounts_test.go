@@ -29,7 +29,7 @@ func TestNATSAccounts(t *testing.T) {
 	}
 	for _, want := range []string{
 		"  JOBS {", `user: "executor-gpu"`, `"task.completed.gpu.>"`, `"task.completed.pdf.render"`, `"task.completed.pdf.merge"`,
-		`user: "shop"`, `"task.submit-p0.order.>"`, `"ax.cmd.cancel.*"`, `user: "alice"`, `user: "mirror"`, "$AX_PASSWORD_ALICE",
+		`user: "shop"`, `"task.submit-p0.order.>"`, `"ax.cmd.as.shop.cancel.>"`, `user: "alice"`, `user: "mirror"`, "$AX_PASSWORD_ALICE",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %s:\n%s", want, out)

@@ -28,6 +28,7 @@ type globals struct {
 	resolved *natsconn.Resolved // nats resolved once per command
 	logLevel string
 	output   string
+	caller   string // --as: who sends commands (sdk.Client.Caller)
 	stdout   io.Writer
 	stderr   io.Writer
 }
@@ -48,6 +49,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g.addNATSFlags(pf)
 	pf.StringVar(&g.logLevel, "log-level", envOr("AX_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env AX_LOG_LEVEL)")
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	pf.StringVar(&g.caller, "as", os.Getenv("AX_AS"), "send commands as this caller, recorded with what they change: ax.cmd.as.<name>.… (with per-user permissions, your NATS user's own name; env AX_AS)")
 	for _, c := range commands(g) {
 		root.AddCommand(c)
 	}
@@ -107,7 +109,11 @@ func (g *globals) client(ctx context.Context) (*sdk.Client, error) {
 		return nil, err
 	}
 	c, err := sdk.Connect(ctx, r.URL, append(r.Options, nats.Name("ax-cli"))...)
-	return c, r.Scrub(err)
+	if err != nil {
+		return nil, r.Scrub(err)
+	}
+	c.Caller = g.caller
+	return c, nil
 }
 
 // withClient makes a command's RunE that connects an SDK client for fn and

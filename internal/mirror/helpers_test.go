@@ -42,7 +42,9 @@ func startStack(t *testing.T) stack {
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{
 		Retry: orchestrator.RetryPolicy{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond},
 	})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	// A 1 s heartbeat: attempts of a few seconds are marked running, so
+	// their rows open before they end (an expiry, a cancel).
+	ex := testenv.Executor(t, srv.URL(), executor.Config{AckWait: 3 * time.Second})
 	demo.Register(ex)
 	testenv.Start(t, ex)
 	js, err := jetstream.New(testenv.Conn(t, srv.URL()))
@@ -197,12 +199,13 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 
 	// Newer paths: a delayed task, one nobody serves (re-dispatched, then
 	// failed without ever starting), one that expires while running (its
-	// ttl leaves a loaded executor time to start it and have it marked
-	// running at its first heartbeat, AckWait/3, before it expires).
+	// ttl leaves a loaded executor, behind the workload, time to start it
+	// and have it marked running at its first heartbeat, AckWait/3, before
+	// it expires).
 	extra := []task.Spec{
 		{Type: demo.TypeNoop, Priority: new(2), Delay: task.Duration(100 * time.Millisecond)},
 		{Type: demo.TypeNoop, Priority: new(2), Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
-		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: new(2), TTL: task.Duration(3 * time.Second)},
+		{Type: demo.TypeSleep, Payload: json.RawMessage(`{"sleep":"10s"}`), Priority: new(2), TTL: task.Duration(4 * time.Second)},
 	}
 	for _, sp := range extra {
 		id, err := c.Submit(ctx, sp)

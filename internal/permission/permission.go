@@ -157,11 +157,11 @@ func (u User) Permissions() Permissions {
 	case Executor:
 		p = executor(u.capabilities(), u.Types)
 	case Producer:
-		p = producer(u.Types, u.Cancel)
+		p = producer(u.Name, u.Types, u.Cancel)
 	case Mirror:
 		p = mirror()
 	case Operator:
-		p = operator()
+		p = operator(u.Name)
 	}
 	p.Subscribe.Allow = append([]string{u.InboxPrefix() + ".>"}, p.Subscribe.Allow...)
 	p.Publish.Allow = append(p.Publish.Allow, u.Publish...)
@@ -313,7 +313,7 @@ func submitSubjects(types []string) []string {
 	return out
 }
 
-func producer(types []string, cancel bool) Permissions {
+func producer(name string, types []string, cancel bool) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(types), streamInfoAll)
 	// Task state and results: records, histories and Wait (AX_TASKS),
@@ -326,7 +326,9 @@ func producer(types []string, cancel bool) Permissions {
 	p.Publish.Allow = append(p.Publish.Allow, subject.OutboxNotify) // outbox.Notify
 	p.Subscribe.Allow = []string{subject.OutboxNotify}              // the outbox relay
 	if cancel {
-		p.Publish.Allow = append(p.Publish.Allow, subject.Command(subject.CommandCancel, "*"))
+		// Under its own name only (sdk.Client.Caller): the orchestrator
+		// records who cancelled, and the server vouches for it.
+		p.Publish.Allow = append(p.Publish.Allow, subject.CommandAs(name, subject.CommandCancel, ">"))
 	}
 	return p
 }
@@ -343,10 +345,13 @@ func mirror() Permissions {
 	return p
 }
 
-func operator() Permissions {
+func operator(name string) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(nil), // re-run, a schedule fired by hand
-		subject.CommandAll,
+		// Commands under its own name only (`ax --as <name>`,
+		// sdk.Client.Caller): the orchestrator records the name, and the
+		// server vouches for it.
+		subject.CommandAs(name, "*", ">"),
 		subject.Audit(auditOperator, ">"),
 		streamInfoAll,
 		jsAPI+"INFO", jsAPI+"STREAM.NAMES", jsAPI+"STREAM.LIST",

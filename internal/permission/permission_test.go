@@ -143,13 +143,17 @@ func TestMatrix(t *testing.T) {
 		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_READY.abc.task.ready.email.p0", false),
 
 		// Operators command and read; they write no record.
-		pub("operator", subject.Command(subject.CommandRedrive, "x"), true),
+		pub("operator", subject.CommandAs("operator", subject.CommandRedrive, "x"), true),
+		// Only under its own name: the recorded caller is vouched for.
+		pub("operator", subject.Command(subject.CommandRedrive, "x"), false),
+		pub("operator", subject.CommandAs("console", subject.CommandRedrive, "x"), false),
 		pub("operator", subject.Audit("operator", "x"), true),
 		pub("operator", "$JS.API.CONSUMER.INFO.AX_READY.ax-ready-email-p0", true),
 		pub("operator", subject.Audit("breaker", "x"), false),
 		pub("operator", subject.Task("x"), false),
 		pub("operator", "$JS.API.STREAM.DELETE.AX_TASKS", false),
-		pub("console", subject.Command(subject.CommandCancel, "x"), true),
+		pub("console", subject.CommandAs("console", subject.CommandCancel, "x"), true),
+		pub("console", subject.CommandAs("operator", subject.CommandCancel, "x"), false),
 	}
 	for _, c := range checks {
 		p, ok := users[c.user]
@@ -169,13 +173,15 @@ func TestMatrix(t *testing.T) {
 func TestProducerOptions(t *testing.T) {
 	p := permission.User{Name: "shop", Role: permission.Producer, Types: []string{"order.>"}, Cancel: true}.Permissions()
 	for subj, want := range map[string]bool{
-		subject.SubmitLane(3, "order.create"):               true,
-		subject.Submit("order.create"):                      true,
-		subject.SubmitLane(3, "email.send"):                 false,
-		subject.GraphSubmit:                                 false,
-		subject.Command(subject.CommandCancel, "x"):         true,
-		subject.Command(subject.CommandRedrive, "x"):        false,
-		subject.Command(subject.CommandCancel, "a/shard/1"): true,
+		subject.SubmitLane(3, "order.create"):                         true,
+		subject.Submit("order.create"):                                true,
+		subject.SubmitLane(3, "email.send"):                           false,
+		subject.GraphSubmit:                                           false,
+		subject.CommandAs("shop", subject.CommandCancel, "x"):         true,
+		subject.CommandAs("shop", subject.CommandRedrive, "x"):        false,
+		subject.CommandAs("shop", subject.CommandCancel, "a/shard/1"): true,
+		subject.CommandAs("alice", subject.CommandCancel, "x"):        false,
+		subject.Command(subject.CommandCancel, "x"):                   false,
 	} {
 		if got := allowed(p.Publish, subj); got != want {
 			t.Errorf("producer shop may publish %s: %v, want %v", subj, got, want)

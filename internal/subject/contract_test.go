@@ -55,10 +55,23 @@ func TestNames(t *testing.T) {
 	if _, ok := TaskTypeFrom("ax.type."); ok {
 		t.Error("TaskTypeFrom accepted an empty type")
 	}
-	if kind, id, ok := ParseCommand("ax.cmd.cancel.a/b"); !ok || kind != "cancel" || id != "a/b" {
-		t.Errorf("ParseCommand = %q %q %v", kind, id, ok)
+	if caller, kind, id, ok := ParseCommand("ax.cmd.cancel.a/b"); !ok || caller != "" || kind != "cancel" || id != "a/b" {
+		t.Errorf("ParseCommand = %q %q %q %v", caller, kind, id, ok)
 	}
-	if _, _, ok := ParseCommand("ax.cmd.cancel"); ok {
+	if _, _, _, ok := ParseCommand("ax.cmd.cancel"); ok {
 		t.Error("ParseCommand accepted a subject without id")
+	}
+	if caller, kind, id, ok := ParseCommand(CommandAs("alice", "cancel", "a.b")); !ok || caller != "alice" || kind != "cancel" || id != "a.b" {
+		t.Errorf("ParseCommand(CommandAs) = %q %q %q %v", caller, kind, id, ok)
+	}
+	for _, bad := range []string{"ax.cmd.as.alice.cancel", "ax.cmd.as.alice", "ax.cmd.as..cancel.x"} {
+		if _, _, _, ok := ParseCommand(bad); ok {
+			t.Errorf("ParseCommand accepted %q", bad)
+		}
+	}
+	for name, want := range map[string]bool{"alice": true, "console": true, "": false, "a.b": false, "*": false, "a b": false} {
+		if ValidCaller(name) != want {
+			t.Errorf("ValidCaller(%q) = %v", name, !want)
+		}
 	}
 }

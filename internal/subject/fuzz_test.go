@@ -38,9 +38,13 @@ func FuzzParse(f *testing.F) {
 		if n, ok := subject.ReadyLevel(s); ok && (n < 0 || n >= subject.Priorities) {
 			t.Fatalf("ReadyLevel(%q) = %d", s, n)
 		}
-		if kind, id, ok := subject.ParseCommand(s); ok {
-			if id == "" || strings.Contains(kind, ".") || subject.Command(kind, id) != s {
-				t.Fatalf("ParseCommand(%q) = %q, %q", s, kind, id)
+		if caller, kind, id, ok := subject.ParseCommand(s); ok {
+			back := subject.Command(kind, id)
+			if caller != "" {
+				back = subject.CommandAs(caller, kind, id)
+			}
+			if id == "" || strings.Contains(kind, ".") || back != s {
+				t.Fatalf("ParseCommand(%q) = %q, %q, %q", s, caller, kind, id)
 			}
 		}
 		if typ, ok := subject.ParsePauseScope(s); ok && subject.PauseScope(typ) != s {
@@ -87,7 +91,7 @@ func FuzzParse(f *testing.F) {
 			if subject.TaskID(subject.Task(s)) != s {
 				t.Fatalf("TaskID(Task(%q)) = %q", s, subject.TaskID(subject.Task(s)))
 			}
-			if kind, id, ok := subject.ParseCommand(subject.Command(subject.CommandCancel, s)); !ok || kind != subject.CommandCancel || id != s {
+			if _, kind, id, ok := subject.ParseCommand(subject.Command(subject.CommandCancel, s)); !ok || kind != subject.CommandCancel || id != s {
 				t.Fatalf("ParseCommand(Command(cancel, %q)) = %q, %q, %v", s, kind, id, ok)
 			}
 		}
@@ -106,13 +110,17 @@ func FuzzCommand(f *testing.F) {
 		{"ax.cmd.pause.type=", `{"retries_only":"yes"}`},
 		{"ax.cmd.schedule-create.nightly", `{"cron":"0 2 * * *","template":{"type":"t"}}`},
 		{"ax.cmd.cancel.a1", `[1,2]`},
+		{"ax.cmd.as.alice.cancel.a1", `{"by":"console:bob"}`},
 	} {
 		f.Add(c.subj, []byte(c.body))
 	}
 	f.Fuzz(func(t *testing.T, subj string, body []byte) {
-		kind, id, ok := subject.ParseCommand(subj)
+		caller, kind, id, ok := subject.ParseCommand(subj)
 		if !ok {
 			return
+		}
+		if caller != "" && !subject.ValidCaller(caller) {
+			t.Fatalf("ParseCommand(%q) accepted the caller %q", subj, caller)
 		}
 		var req task.CommandRequest
 		if len(body) > 0 && kind != subject.CommandScheduleCreate && json.Unmarshal(body, &req) != nil {
@@ -128,7 +136,11 @@ func FuzzCommand(f *testing.F) {
 				t.Fatalf("scope %q read as all types", id)
 			}
 		case subject.CommandCancel, subject.CommandRedrive:
-			if subject.Command(kind, id) != subj {
+			back := subject.Command(kind, id)
+			if caller != "" {
+				back = subject.CommandAs(caller, kind, id)
+			}
+			if back != subj {
 				t.Fatalf("command %q does not rebuild", subj)
 			}
 		}

@@ -269,14 +269,39 @@ const (
 // Command is the subject of an operator command about a task.
 func Command(kind, id string) string { return "ax.cmd." + kind + "." + id }
 
-// ParseCommand splits an ax.cmd.<kind>.<id> subject.
-func ParseCommand(subj string) (kind, id string, ok bool) {
+// CommandAs is the subject of a command sent by a named caller (an
+// operator, or a producer allowed to cancel): ax.cmd.as.<caller>.<kind>.<id>.
+// With per-user permissions each user may publish only under its own name
+// (deploy/security), so the name is vouched for by the server.
+func CommandAs(caller, kind, id string) string {
+	return commandAsPrefix + caller + "." + kind + "." + id
+}
+
+const commandAsPrefix = "ax.cmd.as."
+
+// ValidCaller reports whether name can be a command's caller: one subject
+// token of at most 64 characters, without wildcards or white space.
+func ValidCaller(name string) bool {
+	return name != "" && len(name) <= 64 && !strings.ContainsAny(name, ".*> \t\r\n")
+}
+
+// ParseCommand splits an ax.cmd.<kind>.<id> or ax.cmd.as.<caller>.<kind>.<id>
+// subject; caller is empty for the first form.
+func ParseCommand(subj string) (caller, kind, id string, ok bool) {
+	if rest, as := strings.CutPrefix(subj, commandAsPrefix); as {
+		caller, rest, ok = strings.Cut(rest, ".")
+		if !ok || !ValidCaller(caller) {
+			return "", "", "", false
+		}
+		kind, id, ok = strings.Cut(rest, ".")
+		return caller, kind, id, ok && id != ""
+	}
 	rest, ok := strings.CutPrefix(subj, "ax.cmd.")
 	if !ok {
-		return "", "", false
+		return "", "", "", false
 	}
 	kind, id, ok = strings.Cut(rest, ".")
-	return kind, id, ok && id != ""
+	return "", kind, id, ok && id != ""
 }
 
 // DLQ is the dead-letter entry of a task.
