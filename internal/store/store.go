@@ -63,26 +63,33 @@ func (s *Store) Get(ctx context.Context, id string) (task.Task, uint64, error) {
 
 // Last returns a task's last event and revision.
 func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error) {
-	msg, err := s.last(ctx, id)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return task.Event{}, 0, ErrNotFound
-		}
-		return task.Event{}, 0, fmt.Errorf("get task %s: %w", id, err)
-	}
 	var ev task.Event
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		return task.Event{}, 0, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
-	}
-	return ev, msg.Sequence, nil
+	rev, err := s.decodeLast(ctx, id, &ev)
+	return ev, rev, err
 }
 
-// last reads a task's last event. Reads are direct gets while AX_TASKS
-// has one replica, leader reads otherwise (internal/topology); when the
-// stream stopped allowing direct gets since this store bound it (it was
-// given replicas), nobody answers them: the store refreshes what it knows
-// of the stream and reads again.
-func (s *Store) last(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+// Peek reads what an executor checks before it runs a dispatch — the
+// task's state and execution id at its current revision (a leader read) —
+// decoding nothing else of the record (its payload, result and errors are
+// skipped).
+func (s *Store) Peek(ctx context.Context, id string) (task.State, string, uint64, error) {
+	var ev struct {
+		Task struct {
+			State       task.State `json:"state"`
+			ExecutionID string     `json:"execution_id"`
+		} `json:"task"`
+	}
+	rev, err := s.decodeLast(ctx, id, &ev)
+	return ev.Task.State, ev.Task.ExecutionID, rev, err
+}
+
+// decodeLast reads a task's last event into v and returns its revision;
+// ErrNotFound when the task has no history. Reads are direct gets while
+// AX_TASKS has one replica, leader reads otherwise (internal/topology);
+// when the stream stopped allowing direct gets since this store bound it
+// (it was given replicas), nobody answers them: the store refreshes what it
+// knows of the stream and reads again.
+func (s *Store) decodeLast(ctx context.Context, id string, v any) (uint64, error) {
 	s.reads.Add(1)
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
 	if errors.Is(err, nats.ErrNoResponders) && s.stream.CachedInfo().Config.AllowDirect {
@@ -90,31 +97,16 @@ func (s *Store) last(ctx context.Context, id string) (*jetstream.RawStreamMsg, e
 			msg, err = s.stream.GetLastMsgForSubject(ctx, subject.Task(id))
 		}
 	}
-	return msg, err
-}
-
-// Peek reads what an executor checks before it runs a dispatch — the
-// task's state and execution id at its current revision, from the stream
-// leader — decoding nothing else of the record (its payload, result and
-// errors are skipped).
-func (s *Store) Peek(ctx context.Context, id string) (task.State, string, uint64, error) {
-	msg, err := s.last(ctx, id)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, ErrNotFound
+	}
 	if err != nil {
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return "", "", 0, ErrNotFound
-		}
-		return "", "", 0, fmt.Errorf("get task %s: %w", id, err)
+		return 0, fmt.Errorf("get task %s: %w", id, err)
 	}
-	var ev struct {
-		Task struct {
-			State       task.State `json:"state"`
-			ExecutionID string     `json:"execution_id"`
-		} `json:"task"`
+	if err := json.Unmarshal(msg.Data, v); err != nil {
+		return 0, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
 	}
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		return "", "", 0, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
-	}
-	return ev.Task.State, ev.Task.ExecutionID, msg.Sequence, nil
+	return msg.Sequence, nil
 }
 
 // Write appends ev to its task's history if the task is still at revision
