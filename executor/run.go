@@ -339,7 +339,7 @@ func encodeResult(v any) (json.RawMessage, error) {
 }
 
 // heartbeat extends the dispatch's lease every Heartbeat until the returned
-// func is called, renews the task's lease record (ax.lease.<id>), and has
+// func is called, renews the task's lease record (ax.lease.<capability>.<id>), and has
 // the orchestrator mark the attempt running if nothing did yet. It costs
 // nothing for tasks shorter than one interval.
 func (e *Executor) heartbeat(ex *execution, running task.Task, d task.Dispatch, delivered uint64) func() {
