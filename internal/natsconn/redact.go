@@ -27,15 +27,17 @@ func Redact(urls string) string {
 // past a "/", "?" or "#": a password holding one of those must not leak, and
 // a NATS URL has no path that could hold an "@".
 func splitUserinfo(u string) (scheme, userinfo, rest string, ok bool) {
-	start := 0
-	if i := strings.Index(u, "://"); i >= 0 {
-		start = i + 3
-	}
-	at := strings.LastIndex(u[start:], "@")
+	at := strings.LastIndex(u, "@")
 	if at < 0 {
 		return "", "", "", false
 	}
-	return u[:start], u[start : start+at], u[start+at+1:], true
+	// The scheme is a "://" before the user information; one after the
+	// last "@" is part of the host (":pass@://" hides nothing).
+	start := 0
+	if i := strings.Index(u[:at], "://"); i >= 0 {
+		start = i + 3
+	}
+	return u[:start], u[start:at], u[at+1:], true
 }
 
 // urlSecrets lists the secrets held in the user information of urls: the
