@@ -484,7 +484,7 @@ func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
 	var d task.Dispatch
 	for _, ev := range h {
 		if ev.Event.To == task.Ready {
-			d = task.Dispatch{Task: ev.Event.Task, Revision: ev.Revision}
+			d = task.Dispatch{Task: ev.Event.Task, Revision: ev.Revision, Token: testenv.Token(t, nc, "long-1", ev.Event.Task.ExecutionID)}
 		}
 	}
 	data, _ := json.Marshal(d)

@@ -179,7 +179,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	}
 	r := task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
 		Executor: e.cfg.ID, StartedAt: *t.StartedAt, FinishedAt: finished, Status: task.OutcomeSucceeded,
-		DispatchRevision: d.Revision, ClaimRevision: ex.claimRev.Load()}
+		DispatchRevision: d.Revision, ClaimRevision: ex.claimRev.Load(), Token: d.Token}
 	if herr == nil {
 		r.Result, herr = encodeResult(result)
 		r.Plan = plan
@@ -258,7 +258,7 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 // running on this executor (task.ClaimRequest on ax.claim.<capability>).
 func (e *Executor) claimByOrchestrator(ctx context.Context, d task.Dispatch, delivered uint64, started time.Time, mark bool) (task.Task, uint64, bool, error) {
 	data, err := json.Marshal(task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
-		Executor: e.cfg.ID, StartedAt: started, Delivered: delivered, Mark: mark})
+		Executor: e.cfg.ID, StartedAt: started, Delivered: delivered, Mark: mark, Token: d.Token})
 	if err != nil {
 		return d.Task, 0, false, fmt.Errorf("encode claim of %s: %w", d.ID, err)
 	}
@@ -358,7 +358,7 @@ func (e *Executor) heartbeat(ex *execution, running task.Task, d task.Dispatch, 
 		if err := ex.msg.InProgress(); err != nil {
 			e.log.Debug("heartbeat failed", "error", err)
 		}
-		e.renewLease(running)
+		e.renewLease(running, d.Token)
 		if ex.claimRev.Load() == 0 && !ex.unmarked.Load() {
 			e.markRunning(ex, running, d, delivered)
 		}
@@ -401,9 +401,10 @@ func (e *Executor) leaseTTL() time.Duration {
 	return max(time.Second, ((e.cfg.Heartbeat + e.cfg.AckWait) / 2).Truncate(time.Second))
 }
 
-// renewLease records that this executor still runs t.
-func (e *Executor) renewLease(t task.Task) {
-	data, _ := json.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC()})
+// renewLease records that this executor still runs t (token: its
+// dispatch's).
+func (e *Executor) renewLease(t task.Task, token string) {
+	data, _ := json.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC(), Token: token})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := e.js.Publish(ctx, subject.Lease(t.Capability, t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {

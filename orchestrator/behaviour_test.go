@@ -333,10 +333,12 @@ func TestLateResultOfSupersededAttemptIgnored(t *testing.T) {
 	before := len(h)
 	// A late "succeeded" from attempt 1 and a late failure of attempt 2's
 	// execution id from a stale executor.
-	stale := task.Report{ID: "t", Type: "twice", ExecutionID: got.Errors[0].ExecutionID, Attempt: 1, Status: task.OutcomeSucceeded, Executor: "zombie"}
+	stale := task.Report{ID: "t", Type: "twice", ExecutionID: got.Errors[0].ExecutionID, Attempt: 1, Status: task.OutcomeSucceeded, Executor: "zombie",
+		Token: testenv.Token(t, c.Conn(), "t", got.Errors[0].ExecutionID)}
 	data, _ := json.Marshal(stale)
 	publishRaw(t, c.Conn(), subject.Completed("twice"), data)
-	again := task.Report{ID: "t", Type: "twice", ExecutionID: got.ExecutionID, Attempt: 2, Status: task.OutcomeFailed, Error: "late", Executor: "zombie"}
+	again := task.Report{ID: "t", Type: "twice", ExecutionID: got.ExecutionID, Attempt: 2, Status: task.OutcomeFailed, Error: "late", Executor: "zombie",
+		Token: testenv.Token(t, c.Conn(), "t", got.ExecutionID)}
 	data, _ = json.Marshal(again)
 	publishRaw(t, c.Conn(), subject.Completed("twice"), data)
 	publishRaw(t, c.Conn(), subject.Completed("twice"), []byte(`{"garbage":`))

@@ -307,12 +307,16 @@ func TestOversizedReportFailsClearly(t *testing.T) {
 		return err == nil && got.State == task.Running
 	})
 	big := `"` + strings.Repeat("r", task.InlineResultLimit+10) + `"`
-	report := fmt.Sprintf(`{"id":"big-result","type":"slow","execution_id":%q,"attempt":1,"status":"succeeded","result":%s,"executor":"forger","started_at":%q,"finished_at":%q}`,
-		running.ExecutionID, big, time.Now().UTC().Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano))
+	report := fmt.Sprintf(`{"id":"big-result","type":"slow","execution_id":%q,"attempt":1,"status":"succeeded","result":%s,"executor":"forger","started_at":%q,"finished_at":%q,"token":%q}`,
+		running.ExecutionID, big, time.Now().UTC().Format(time.RFC3339Nano), time.Now().UTC().Format(time.RFC3339Nano),
+		testenv.Token(t, c.Conn(), "big-result", running.ExecutionID))
 	publishRaw(t, c.Conn(), subject.Completed("slow"), []byte(report))
 	got, err := c.Wait(ctx, "big-result")
-	if err != nil || got.State != task.Failed || len(got.Result) != 0 || !strings.Contains(got.Reason, "inline result is over") {
-		t.Fatalf("big-result: %s %q %d-byte result, %v", got.State, got.Reason, len(got.Result), err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != task.Failed || len(got.Result) != 0 || !strings.Contains(got.Reason, "inline result is over") {
+		t.Fatalf("big-result: %s %q %d-byte result", got.State, got.Reason, len(got.Result))
 	}
 }
 

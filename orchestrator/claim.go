@@ -76,6 +76,10 @@ func (o *Orchestrator) answerClaim(ctx context.Context, m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &req); err != nil || req.ID == "" || req.ExecutionID == "" || req.Executor == "" {
 		o.log.Warn("ignoring a malformed claim", slog.Any("error", err), slog.String("subject", m.Subject))
 		rep = task.ClaimReply{Error: "malformed claim: id, execution_id and executor are required"}
+	} else if !o.validToken(req.ID, req.ExecutionID, req.Token) {
+		o.log.Warn("refusing a claim without its execution's token (only the executor dispatched the execution may claim it)",
+			slog.String("task_id", req.ID), slog.String("execution_id", req.ExecutionID), slog.String("executor", req.Executor))
+		rep = task.ClaimReply{Status: task.ClaimEnded, Error: "the claim has no valid execution token: only the executor dispatched an execution may claim it"}
 	} else {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		rep = o.claim(cctx, subject.CapabilityFromClaim(m.Subject), req)

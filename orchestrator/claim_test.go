@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,7 +64,8 @@ func TestClaimsAreTheOrchestratorsToWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := task.ClaimRequest{ID: s.ID, ExecutionID: ready.ExecutionID, Revision: rev, Executor: "exec-a", StartedAt: time.Now().UTC(), Delivered: 1}
+	req := task.ClaimRequest{ID: s.ID, ExecutionID: ready.ExecutionID, Revision: rev, Executor: "exec-a", StartedAt: time.Now().UTC(), Delivered: 1,
+		Token: testenv.Token(t, c.Conn(), s.ID, ready.ExecutionID)}
 
 	// Another capability's executor cannot claim it, and nothing is written.
 	if rep := askClaim(t, ctx, c.Conn(), "cpu", req); rep.Status != task.ClaimEnded || rep.Error == "" {
@@ -75,8 +77,21 @@ func TestClaimsAreTheOrchestratorsToWrite(t *testing.T) {
 	// An old execution is over.
 	stale := req
 	stale.ExecutionID = "an-earlier-execution"
+	stale.Token = testenv.Token(t, c.Conn(), s.ID, stale.ExecutionID)
 	if rep := askClaim(t, ctx, c.Conn(), "gpu", stale); rep.Status != task.ClaimEnded {
 		t.Fatalf("claim of another execution: %+v", rep)
+	}
+	// Without the execution's token (only its dispatch carries it), or
+	// with another execution's, nothing is claimed.
+	for _, tok := range []string{"", stale.Token, "AAAAAAAAAAAAAAAAAAAAAA"} {
+		forged := req
+		forged.Token = tok
+		if rep := askClaim(t, ctx, c.Conn(), "gpu", forged); rep.Status != task.ClaimEnded || !strings.Contains(rep.Error, "execution token") {
+			t.Fatalf("claim with token %q: %+v", tok, rep)
+		}
+	}
+	if _, after, _ := st.Get(ctx, s.ID); after != rev {
+		t.Fatalf("a claim without a token wrote revision %d (was %d)", after, rev)
 	}
 	// The claim proper: running on exec-a, written by the orchestrator.
 	rep := askClaim(t, ctx, c.Conn(), "gpu", req)
@@ -113,6 +128,25 @@ func TestClaimsAreTheOrchestratorsToWrite(t *testing.T) {
 	rep = askClaim(t, ctx, c.Conn(), "gpu", takeover)
 	if rep.Status != task.ClaimGranted || rep.Task.Executor != "exec-b" || rep.Task.Takeovers != 1 {
 		t.Fatalf("takeover: %+v", rep)
+	}
+	// A lease holds the execution only with its token: a forged one does
+	// not keep a takeover away, exec-c's own does.
+	lease := func(executor, token string) {
+		t.Helper()
+		data, _ := json.Marshal(task.Lease{ExecutionID: req.ExecutionID, Executor: executor, At: time.Now().UTC(), Token: token})
+		if _, err := js.Publish(ctx, subject.Lease("gpu", s.ID), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lease("exec-b", "")
+	takeover.Executor, takeover.Delivered = "exec-c", 3
+	if rep := askClaim(t, ctx, c.Conn(), "gpu", takeover); rep.Status != task.ClaimGranted || rep.Task.Executor != "exec-c" {
+		t.Fatalf("takeover past a lease without a token: %+v", rep)
+	}
+	lease("exec-c", req.Token)
+	takeover.Executor, takeover.Delivered = "exec-d", 4
+	if rep := askClaim(t, ctx, c.Conn(), "gpu", takeover); rep.Status != task.ClaimRunningElsewhere {
+		t.Fatalf("takeover of an execution with a live lease: %+v", rep)
 	}
 	// A malformed claim is answered, not dropped.
 	msg, err := c.Conn().RequestWithContext(ctx, subject.Claim("gpu"), []byte(`{"id":`))

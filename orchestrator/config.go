@@ -58,6 +58,12 @@ type Config struct {
 	// Limits bound graphs, dependencies, shards and distinct task types;
 	// see Limits for each default. New refuses a value above its ceiling.
 	Limits Limits
+	// AcceptTokenless accepts reports, claims and leases that carry no
+	// execution token, from executors older than the orchestrator, while
+	// they are upgraded. A wrong token is refused all the same. Default
+	// false: an executor may report, claim and hold a lease only for an
+	// execution it was dispatched.
+	AcceptTokenless bool
 	// Workers bounds concurrently handled messages per consumer. Default 64.
 	Workers int
 	// Batch is the pull batch size. Default 256.

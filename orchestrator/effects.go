@@ -197,7 +197,7 @@ func mayBeWatched(t task.Task) bool {
 // see sweep.go) and arms its timers. The dispatch goes out first, so a task
 // starts one round trip sooner.
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
-	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev})
+	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev, Token: o.tokens.Sign(t.ID, t.ExecutionID)})
 	if err != nil {
 		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
 	}

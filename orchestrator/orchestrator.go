@@ -15,6 +15,7 @@ import (
 
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/edges"
+	"github.com/ax-run/ax/internal/exectoken"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -46,6 +47,9 @@ type Orchestrator struct {
 	types *typeset.Set
 	// objects holds shard plans and large results.
 	objects jetstream.ObjectStore
+	// tokens signs dispatches and checks the execution tokens of reports,
+	// claims and leases (internal/exectoken).
+	tokens *exectoken.Key
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
 	timers jetstream.Stream
 	// ready and leases are AX_READY and AX_LEASES, which the reconciler
@@ -264,6 +268,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		if o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now); err != nil {
 			return err
 		}
+	}
+	if o.tokens, err = exectoken.Load(ctx, o.js); err != nil {
+		return err
 	}
 	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketObjects, err)

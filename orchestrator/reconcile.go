@@ -183,10 +183,15 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 		return false, fmt.Errorf("read lease of %s: %w", t.ID, err)
 	}
 	var l task.Lease
-	if err := json.Unmarshal(msg.Data, &l); err != nil {
+	if err := json.Unmarshal(msg.Data, &l); err != nil || l.ExecutionID != t.ExecutionID {
 		return false, nil
 	}
-	return l.ExecutionID == t.ExecutionID, nil
+	if !o.validToken(t.ID, l.ExecutionID, l.Token) {
+		o.log.Warn("ignoring a lease without its execution's token", slog.String("task_id", t.ID),
+			slog.String("execution_id", l.ExecutionID), slog.String("executor", l.Executor))
+		return false, nil
+	}
+	return true, nil
 }
 
 // dispatchPresent reports whether any dispatch on t's capability and

@@ -111,7 +111,10 @@ func TestReportBoundToItsSubjectsType(t *testing.T) {
 		t.Helper()
 		r := task.Report{ID: "victim", Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
 			Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
-			Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`)}
+			Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`),
+			// Even with the execution's token (see token_test.go for a
+			// forger without it), the type decides.
+			Token: testenv.Token(t, c.Conn(), "victim", running.ExecutionID)}
 		data, _ := json.Marshal(r)
 		if _, err := js.Publish(ctx, subj, data); err != nil {
 			t.Fatal(err)

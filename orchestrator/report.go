@@ -30,7 +30,22 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 			slog.String("type", r.Type), slog.String("subject", msg.Subject()))
 		return nil
 	}
+	if !o.validToken(r.ID, r.ExecutionID, r.Token) {
+		o.log.Warn("dropping a report without its execution's token (only the executor dispatched the execution may report it)",
+			slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("executor", r.Executor))
+		return nil
+	}
 	return o.applyReport(ctx, r)
+}
+
+// validToken reports whether token proves a dispatch of the task's
+// execution: signed by the orchestrators' key, or absent while
+// Config.AcceptTokenless.
+func (o *Orchestrator) validToken(id, executionID, token string) bool {
+	if token == "" {
+		return o.cfg.AcceptTokenless
+	}
+	return o.tokens.Valid(id, executionID, token)
 }
 
 // applyReport moves a running task on by the outcome of its attempt (an

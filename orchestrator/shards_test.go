@@ -475,7 +475,7 @@ func TestShardsPlanReportTwice(t *testing.T) {
 	}
 	report, _ := json.Marshal(task.Report{ID: "twice", Type: "split", ExecutionID: ready.ExecutionID, Attempt: 1,
 		Status: task.OutcomeSucceeded, Executor: "hand", StartedAt: now, FinishedAt: now,
-		DispatchRevision: rev, ClaimRevision: claimRev, Plan: &ref})
+		DispatchRevision: rev, ClaimRevision: claimRev, Plan: &ref, Token: testenv.Token(t, nc, "twice", ready.ExecutionID)})
 	for i := range 2 {
 		publishRaw(t, nc, subject.Completed("split"), report, jetstream.WithMsgID(fmt.Sprint("copy-", i)))
 	}

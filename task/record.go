@@ -169,6 +169,10 @@ type Dispatch struct {
 	// Revision is the task's revision when it was dispatched: a record read
 	// at an older revision is stale (a replica or leader that is behind).
 	Revision uint64 `json:"revision"`
+	// Token proves that its holder received this dispatch: the execution's
+	// report, claims and lease carry it back, and the orchestrator acts on
+	// none without it (internal/exectoken). It is not part of the record.
+	Token string `json:"token,omitempty"`
 }
 
 // EndsAttempt reports whether the event ends an execution attempt: a move
@@ -252,6 +256,8 @@ type Report struct {
 	ResultObject string `json:"result_object,omitempty"`
 	// Plan is a planner's outcome: where its list of shards is stored.
 	Plan *PlanRef `json:"plan,omitempty"`
+	// Token is the execution's dispatch token (Dispatch.Token).
+	Token string `json:"token,omitempty"`
 }
 
 // DeadLetter is the entry on ax.dlq.<id> for a task that failed for good.
@@ -330,7 +336,7 @@ type AuditEvent struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// Lease is the body of ax.lease.<id>: the executor running an execution
+// Lease is the body of ax.lease.<capability>.<id>: the executor running an execution
 // of the task, renewed at every heartbeat and expiring (message TTL) when
 // the executor stops heart-beating.
 type Lease struct {
@@ -340,6 +346,9 @@ type Lease struct {
 	Executor string `json:"executor"`
 	// At is the heartbeat that renewed it last.
 	At time.Time `json:"at"`
+	// Token is the execution's dispatch token (Dispatch.Token): a lease
+	// without it holds nothing.
+	Token string `json:"token,omitempty"`
 }
 
 // ClaimRequest is what an executor asks the orchestrator on
@@ -364,6 +373,8 @@ type ClaimRequest struct {
 	// heartbeat): granted again if the record says so already. Without
 	// it the claim is for a start, and a running record is another run's.
 	Mark bool `json:"mark,omitempty"`
+	// Token is the execution's dispatch token (Dispatch.Token).
+	Token string `json:"token,omitempty"`
 }
 
 // ClaimStatus is the orchestrator's answer to a claim.

@@ -257,6 +257,7 @@ func orchestrator() Permissions {
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
+		kvAll(subject.BucketKeys), // the execution-token key: orchestrators only
 		objAll(subject.BucketObjects),
 		// Command replies (Ax-Reply-To: another user's inbox).
 		subject.ReplyInbox+".>",

@@ -155,6 +155,22 @@ func TestMatrix(t *testing.T) {
 		pub("console", subject.CommandAs("console", subject.CommandCancel, "x"), true),
 		pub("console", subject.CommandAs("operator", subject.CommandCancel, "x"), false),
 	}
+	// The execution-token key: only orchestrators read it, or any executor
+	// could sign reports and claims for executions it was not dispatched.
+	keyReads := []string{
+		"$JS.API.STREAM.MSG.GET.KV_AX_KEYS",
+		"$JS.API.DIRECT.GET.KV_AX_KEYS.$KV.AX_KEYS.execution-token",
+		"$JS.API.DIRECT.GET.KV_AX_KEYS",
+		"$JS.API.CONSUMER.CREATE.KV_AX_KEYS.x.$KV.AX_KEYS.>",
+		"$JS.API.CONSUMER.CREATE.KV_AX_KEYS.x",
+		"$JS.API.CONSUMER.MSG.NEXT.KV_AX_KEYS.x",
+	}
+	for _, u := range permission.Sample().Users {
+		for _, s := range keyReads {
+			checks = append(checks, pub(u.Name, s, u.Role == permission.Orchestrator))
+		}
+		checks = append(checks, sub(u.Name, "$KV.AX_KEYS.execution-token", false))
+	}
 	for _, c := range checks {
 		p, ok := users[c.user]
 		if !ok {

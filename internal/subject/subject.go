@@ -42,7 +42,14 @@ const (
 	BucketRetryWindows = "AX_RETRY_WINDOWS"
 	// BucketControl holds pause switches and circuit-breaker states.
 	BucketControl = "AX_CONTROL"
+	// BucketKeys holds the orchestrators' secrets: only the orchestrator
+	// role may read it (deploy/security).
+	BucketKeys = "AX_KEYS"
 )
+
+// KeyExecutionToken is the key, in BucketKeys, of the key that signs
+// execution tokens (internal/exectoken).
+const KeyExecutionToken = "execution-token"
 
 // Keys of the control bucket.
 const (

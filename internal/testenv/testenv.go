@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/exectoken"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
@@ -215,4 +216,23 @@ func Events(t testing.TB, nc *nats.Conn) []store.Revisioned {
 		}
 	}
 	return out
+}
+
+// Token returns the execution token of a task's execution, as the
+// orchestrator signs it into the dispatch (with the cluster's key, which
+// the first orchestrator stored): for tests that report, claim or lease
+// by hand as the executor that was dispatched.
+func Token(t testing.TB, nc *nats.Conn, id, executionID string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := exectoken.Load(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k.Sign(id, executionID)
 }

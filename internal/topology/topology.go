@@ -234,6 +234,8 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: subject.BucketControl, Description: "AX pause switches and circuit breakers", History: 16, Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketRetryWindows, Description: "AX retry starts per task type and window", History: 1,
 			TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: r},
+		{Bucket: subject.BucketKeys, Description: "AX orchestrators' secrets (the execution-token key); orchestrators only", History: 1,
+			Storage: jetstream.FileStorage, Replicas: r},
 	}
 }
 
