@@ -405,11 +405,59 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			done()
 		}
 		waitLog(t, c, "orchestrator", "dropping a report whose task type is not its subject's")
-		waitLog(t, c, "orchestrator", "ignoring a report naming another task type than its task's")
+		// Not its execution: the token check drops it before the type's.
+		waitLog(t, c, "orchestrator", "dropping a report without its execution's token")
 		got, err := prod.Wait(ctx, "pdf-long")
 		if err != nil || got.State != task.Succeeded || strings.Contains(string(got.Result), "forged") {
 			t.Fatalf("pdf-long: %+v, %v; want succeeded with its own result", got, err)
 		}
+	})
+	step("email executor reports, claims or leases an email execution it was not dispatched", func() {
+		submit("email-held", demo.TypeSleep, "email", demo.Params{Sleep: "4s", Label: "slept"}, nil)
+		want["email-held"] = task.Succeeded
+		waitState(t, ctx, prod, "email-held", task.Running)
+		tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := tasks.GetLastMsgForSubject(ctx, subject.Task("email-held"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev task.Event
+		if err := json.Unmarshal(raw.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		// Everything but the token is right, on subjects it may publish.
+		for _, tok := range []string{"", "AAAAAAAAAAAAAAAAAAAAAA"} {
+			r := task.Report{ID: "email-held", Type: demo.TypeSleep, ExecutionID: ev.Task.ExecutionID, Attempt: ev.Task.Attempt,
+				Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(), Status: task.OutcomeSucceeded,
+				Result: json.RawMessage(`"forged"`), Token: tok}
+			data, _ := json.Marshal(r)
+			if _, err := emailJS.Publish(ctx, subject.Completed(demo.TypeSleep), data); err != nil {
+				t.Fatalf("publish a report on %s: %v", subject.Completed(demo.TypeSleep), err)
+			}
+		}
+		lease, _ := json.Marshal(task.Lease{ExecutionID: ev.Task.ExecutionID, Executor: "forger", At: time.Now().UTC()})
+		if _, err := emailJS.Publish(ctx, subject.Lease("email", "email-held"), lease); err != nil {
+			t.Fatalf("publish a lease: %v", err)
+		}
+		req, _ := json.Marshal(task.ClaimRequest{ID: "email-held", ExecutionID: ev.Task.ExecutionID, Revision: raw.Sequence,
+			Executor: "forger", StartedAt: time.Now().UTC(), Delivered: 2})
+		reply, err := emailNC.RequestWithContext(ctx, subject.Claim("email"), req)
+		if err != nil {
+			t.Fatalf("claim request: %v", err)
+		}
+		var rep task.ClaimReply
+		if err := json.Unmarshal(reply.Data, &rep); err != nil || rep.Status != task.ClaimEnded || !strings.Contains(rep.Error, "execution token") {
+			t.Fatalf("a takeover claim without the token: %s, %v; want it refused", reply.Data, err)
+		}
+		waitLog(t, c, "orchestrator", "refusing a claim without its execution's token")
+		got, err := prod.Wait(ctx, "email-held")
+		if err != nil || got.State != task.Succeeded || got.Executor != "worker-email" || strings.Contains(string(got.Result), "forged") {
+			t.Fatalf("email-held: %+v, %v; want succeeded on worker-email with its own result", got, err)
+		}
+		waitLog(t, c, "orchestrator", "dropping a report without its execution's token")
 	})
 	step("executor changes the topology", func() {
 		refused("executor-email", "Publish", "$JS.API.STREAM.CREATE.EVIL", func(ctx context.Context) error {
