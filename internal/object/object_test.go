@@ -24,7 +24,7 @@ func TestDigest(t *testing.T) {
 		object.Digest(nil): true,
 		"":                 false,
 		"SHA-256=":         false,
-		"sha256=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0=": false,
+		"sha256=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0=":  false,
 		"SHA-256=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0":  false, // no padding
 		"SHA-256=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIA":     false, // short
 		"SHA-256=ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0=": false, // standard alphabet
