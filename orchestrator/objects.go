@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/sync/singleflight"
@@ -28,49 +29,57 @@ import (
 // set costs one create-or-update at its next dispatch.
 const maxObjectBuckets = 4096
 
-// objectBuckets remembers the capabilities whose object store exists, so
-// a dispatch of a known capability costs no request.
+// objectBucketRecheck is how long a capability's object store is taken to
+// exist after it was ensured: a store removed by hand is created again at
+// the capability's first dispatch after it (until then, attempts that
+// store an object fail, and are retried).
+const objectBucketRecheck = 10 * time.Minute
+
+// objectBuckets remembers the capabilities whose object store exists (and
+// when it was ensured), so a dispatch of a known capability costs no
+// request.
 type objectBuckets struct {
 	mu    sync.Mutex
-	known *lru.LRU[string, struct{}]
+	known *lru.LRU[string, time.Time]
 	// ensuring collapses concurrent first dispatches of one capability
 	// into one create-or-update.
 	ensuring singleflight.Group
 }
 
 func newObjectBuckets() *objectBuckets {
-	known, _ := lru.NewLRU[string, struct{}](maxObjectBuckets, nil) // only fails for a size ≤ 0
+	known, _ := lru.NewLRU[string, time.Time](maxObjectBuckets, nil) // only fails for a size ≤ 0
 	return &objectBuckets{known: known}
 }
 
-func (b *objectBuckets) has(capability string) bool {
+func (b *objectBuckets) has(capability string, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.known.Get(capability)
-	return ok
+	at, ok := b.known.Get(capability)
+	return ok && now.Sub(at) < objectBucketRecheck
 }
 
-func (b *objectBuckets) add(capability string) {
+func (b *objectBuckets) add(capability string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.known.Add(capability, struct{}{})
+	b.known.Add(capability, now)
 }
 
 // ensureObjects makes sure the object store of capability exists before a
-// task of it is dispatched: a map lookup once this orchestrator created or
-// updated it, a create-or-update (a few requests) the first time.
+// task of it is dispatched: a lookup once this orchestrator created or
+// updated it (for objectBucketRecheck), a create-or-update (a few
+// requests) the first time.
 func (o *Orchestrator) ensureObjects(ctx context.Context, capability string) error {
-	if o.buckets.has(capability) {
+	if o.buckets.has(capability, o.now()) {
 		return nil
 	}
 	_, err, _ := o.buckets.ensuring.Do(capability, func() (any, error) {
-		if o.buckets.has(capability) {
+		if o.buckets.has(capability, o.now()) {
 			return nil, nil
 		}
 		if err := topology.EnsureCapabilityObjects(ctx, o.js, o.cfg.Topology, capability); err != nil {
 			return nil, fmt.Errorf("create the object store of capability %s: %w", capability, err)
 		}
-		o.buckets.add(capability)
+		o.buckets.add(capability, o.now())
 		return nil, nil
 	})
 	return err
