@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/sdk"
 )
@@ -150,6 +151,20 @@ func (r *clusterRig) topologyReplicas(js jetstream.JetStream) []string {
 		names = append(names, "OBJ_"+o.Bucket)
 	}
 	var bad []string
+	// The capabilities' object stores, created at their first dispatches
+	// (none before the workload).
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	lister := js.StreamNames(ctx)
+	for name := range lister.Name() {
+		bucket, isObjects := strings.CutPrefix(name, "OBJ_")
+		if _, ok := subject.ObjectBucketCapability(bucket); ok && isObjects {
+			names = append(names, name)
+		}
+	}
+	if err := lister.Err(); err != nil {
+		bad = append(bad, "listing the object stores: "+err.Error())
+	}
+	cancel()
 	for _, name := range names {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		st, err := js.Stream(ctx, name)

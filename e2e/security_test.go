@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,7 +121,9 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	want["email-gather"] = task.Succeeded
-	submit("pdf-flaky", demo.TypeFlaky, "pdf", demo.Params{FailTimes: 1, Label: "flaked"}, nil)
+	// A result over 16 KiB: an object in pdf's store, which email-gather
+	// (an email task) and the producer read.
+	submit("pdf-flaky", demo.TypeFlaky, "pdf", demo.Params{FailTimes: 1, Label: "flaked", Pad: task.InlineResultLimit}, nil)
 	want["pdf-flaky"] = task.Succeeded
 	submit("pdf-fail", demo.TypeFail, "pdf", demo.Params{}, func(s *task.Spec) { s.MaxRetries = new(0) })
 	want["pdf-fail"] = task.Failed
@@ -146,6 +149,22 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	}
 	if ins, err := prod.Inputs(ctx, "email-gather"); err != nil || len(ins) != 3 {
 		t.Fatalf("inputs of email-gather: %+v, %v", ins, err)
+	}
+	// Objects are in their capability's store: the plan of email-split in
+	// email's, the large result of pdf-flaky in pdf's, read by an email
+	// executor (email-gather saw its label) and by the producer.
+	if got, err := prod.Get(ctx, "email-split"); err != nil || got.Sharding == nil || got.Sharding.Bucket != subject.ObjectBucket("email") {
+		t.Fatalf("plan of email-split: %+v, %v; want it in %s", got, err, subject.ObjectBucket("email"))
+	}
+	flaky, err := prod.Get(ctx, "pdf-flaky")
+	if err != nil || flaky.ResultObject == "" || flaky.ResultBucket != subject.ObjectBucket("pdf") || flaky.ResultDigest == "" {
+		t.Fatalf("pdf-flaky: %+v, %v; want its result an object in %s", flaky, err, subject.ObjectBucket("pdf"))
+	}
+	if res, err := prod.Result(ctx, "pdf-flaky"); err != nil || !strings.Contains(string(res), `"label":"flaked"`) {
+		t.Fatalf("result of pdf-flaky: %d bytes, %v", len(res), err)
+	}
+	if got, err := prod.Get(ctx, "email-gather"); err != nil || !strings.Contains(string(got.Result), `"id":"pdf-flaky","state":"succeeded","label":"flaked"`) {
+		t.Fatalf("email-gather: %+v, %v; want pdf-flaky's label read from its object", got, err)
 	}
 	if _, err := prod.History(ctx, "pdf-flaky"); err != nil {
 		t.Fatal(err)
@@ -193,7 +212,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	cons := c.newProc("console", withUser("console", "console", "--addr", "127.0.0.1:0", "--mysql-dsn", dsn, "--as", "console", "--log-level", logLevel())...)
 	cons.start()
 	base := waitConsoleURL(t, cons)
-	for _, page := range []string{"", "api/overview", "tasks?state=failed", "task/email-gather", "task/email-split", "dlq", "rejected", "schedules"} {
+	for _, page := range []string{"", "api/overview", "tasks?state=failed", "task/email-gather", "task/email-split", "task/pdf-flaky", "dlq", "rejected", "schedules"} {
 		getPage(t, base+page)
 	}
 	if v := sec.violations(""); len(v) > 0 {
@@ -458,6 +477,45 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			t.Fatalf("email-held: %+v, %v; want succeeded on worker-email with its own result", got, err)
 		}
 		waitLog(t, c, "orchestrator", "dropping a report without its execution's token")
+	})
+	step("the email executor writes an object into pdf's store", func() {
+		// A chunk, and the meta entry of pdf-flaky's result (a forged
+		// object in its place), in pdf's store and in the legacy one.
+		meta := func(bucket, name string) string {
+			return "$O." + bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+		}
+		forged, _ := json.Marshal(map[string]any{"name": flaky.ResultObject, "bucket": flaky.ResultBucket, "nuid": "forged", "size": 6, "chunks": 1})
+		for _, subj := range []string{
+			"$O." + subject.ObjectBucket("pdf") + ".C.forged",
+			meta(subject.ObjectBucket("pdf"), flaky.ResultObject),
+			"$O." + subject.BucketObjects + ".C.forged",
+		} {
+			refused("executor-email", "Publish", subj, func(ctx context.Context) error {
+				_, err := emailJS.Publish(ctx, subj, forged)
+				return err
+			})
+		}
+		if res, err := prod.Result(ctx, "pdf-flaky"); err != nil || !strings.Contains(string(res), `"label":"flaked"`) {
+			t.Fatalf("result of pdf-flaky after the forgery: %d bytes, %v", len(res), err)
+		}
+	})
+	step("the email executor publishes a rollup-all meta message on pdf's store", func() {
+		// It would empty the whole store (object stores allow rollups).
+		subj := "$O." + subject.ObjectBucket("pdf") + ".M." + base64.URLEncoding.EncodeToString([]byte("anything"))
+		refused("executor-email", "Publish", subj, func(ctx context.Context) error {
+			msg := nats.NewMsg(subj)
+			msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupAll)
+			msg.Data = []byte(`{"name":"anything","deleted":true}`)
+			_, err := emailJS.PublishMsg(ctx, msg)
+			return err
+		})
+		info, err := orcJS.Stream(ctx, "OBJ_"+subject.ObjectBucket("pdf"))
+		if err != nil || info.CachedInfo().State.Msgs == 0 {
+			t.Fatalf("pdf's object store after the rollup: %+v, %v; want its objects kept", info, err)
+		}
+		if res, err := prod.Result(ctx, "pdf-flaky"); err != nil || !strings.Contains(string(res), `"label":"flaked"`) {
+			t.Fatalf("result of pdf-flaky after the rollup: %d bytes, %v", len(res), err)
+		}
 	})
 	step("executor changes the topology", func() {
 		refused("executor-email", "Publish", "$JS.API.STREAM.CREATE.EVIL", func(ctx context.Context) error {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/fanin"
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -30,12 +31,13 @@ type Executor struct {
 	metrics Metrics
 	// The streams the executor uses, bound by the first Start and kept:
 	// store holds the task records; fanin reads shards' outcomes for
-	// aggregators; objects holds plans and large results. (Leases are
-	// only written here; the orchestrator reads them when it decides a
+	// aggregators; objects binds the object stores of plans and large
+	// results, each capability's when first used. (Leases are only
+	// written here; the orchestrator reads them when it decides a
 	// takeover.)
 	store   *store.Store
 	fanin   *fanin.Markers
-	objects jetstream.ObjectStore
+	objects *object.Stores
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
@@ -235,11 +237,7 @@ func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 		if err != nil {
 			return nil, err
 		}
-		objects, err := e.js.ObjectStore(ctx, subject.BucketObjects)
-		if err != nil {
-			return nil, fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
-		}
-		e.store, e.fanin, e.objects = st, fi, objects
+		e.store, e.fanin, e.objects = st, fi, object.New(e.js)
 	}
 	var pullers []*puller
 	for _, capability := range e.cfg.Capabilities {

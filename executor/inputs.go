@@ -7,9 +7,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/ax-run/ax/internal/inputs"
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/task"
 )
@@ -24,10 +23,16 @@ var ErrNotUpstream = inputs.ErrNotUpstream
 // ended).
 var ErrUpstreamNotSucceeded = inputs.ErrNotSucceeded
 
+// ErrDigestMismatch is returned (wrapped) when an object read back (an
+// upstream's or a shard's large result) is not the bytes its executor
+// reported: it was overwritten after the report. The error names the
+// object and its store.
+var ErrDigestMismatch = object.ErrDigestMismatch
+
 // jobInputs reads a job's inputs when its handler asks, once per attempt.
 type jobInputs struct {
 	store   *store.Store
-	objects jetstream.ObjectStore
+	objects *object.Stores
 
 	mu   sync.Mutex
 	read []task.Input // nil until read
@@ -80,8 +85,10 @@ func (j *Job) Input(ctx context.Context, id string) (task.Input, error) {
 }
 
 // UpstreamResult decodes the result of the upstream id (JSON) into v,
-// reading it from the AX_OBJECTS object store when it was larger than
-// task.InlineResultLimit. An upstream that did not succeed is an error
+// reading it from the object store when it was larger than
+// task.InlineResultLimit (checked against the digest its executor
+// reported: an object overwritten since is an error wrapping
+// ErrDigestMismatch). An upstream that did not succeed is an error
 // wrapping ErrUpstreamNotSucceeded; an id not in job.DependsOn one
 // wrapping ErrNotUpstream. A nil v only checks that the result is there.
 func (j *Job) UpstreamResult(ctx context.Context, id string, v any) error {

@@ -185,8 +185,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 		r.Plan = plan
 	}
 	if herr == nil && len(r.Result) > task.InlineResultLimit {
-		r.ResultObject, herr = e.storeLargeResult(hctx, t, r.Result)
-		r.Result = nil
+		herr = e.storeLargeResult(hctx, t, &r)
 	}
 	if herr != nil {
 		setOutcome(&r, herr)

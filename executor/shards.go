@@ -10,6 +10,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/object"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
 
@@ -58,10 +60,16 @@ type ShardOutcome struct {
 	// task.InlineResultLimit bytes; read a larger one with
 	// ShardOutcomes.Result.
 	Result json.RawMessage
-	// ResultObject names a larger result in the AX_OBJECTS object store.
+	// ResultObject names a larger result in the object store ResultBucket.
 	ResultObject string
 	// Error says why a shard did not succeed.
 	Error string
+	// ResultBucket is the object store holding ResultObject: the shard's
+	// capability's (empty: the legacy AX_OBJECTS).
+	ResultBucket string
+	// ResultDigest is ResultObject's SHA-256 as its executor reported it;
+	// ShardOutcomes.Result checks the object against it.
+	ResultDigest string
 }
 
 // ShardOutcomes are the outcomes of every shard of a task, by index.
@@ -70,7 +78,7 @@ type ShardOutcomes struct {
 	Shards []ShardOutcome
 	// Succeeded counts the shards that succeeded.
 	Succeeded int
-	objects   jetstream.ObjectStore
+	objects   *object.Stores
 }
 
 // Failed returns the shards that did not succeed (failed, cancelled or
@@ -86,13 +94,18 @@ func (s *ShardOutcomes) Failed() []ShardOutcome {
 }
 
 // Result returns shard i's result (i indexes Shards), reading it from the
-// object store when it was too large to keep inline.
+// object store when it was too large to keep inline. An object whose bytes
+// are not those its executor reported is an error wrapping
+// ErrDigestMismatch.
 func (s *ShardOutcomes) Result(ctx context.Context, i int) (json.RawMessage, error) {
 	o := s.Shards[i]
 	if o.ResultObject == "" {
 		return o.Result, nil
 	}
-	data, err := s.objects.GetBytes(ctx, o.ResultObject)
+	if s.objects == nil {
+		return nil, fmt.Errorf("read result %s of shard %s: the outcomes were not made by an executor", o.ResultObject, o.ID)
+	}
+	data, err := s.objects.Get(ctx, o.ResultBucket, o.ResultObject, o.ResultDigest)
 	if err != nil {
 		return nil, fmt.Errorf("read result %s of shard %s: %w", o.ResultObject, o.ID, err)
 	}
@@ -145,7 +158,8 @@ func (e *Executor) plan(ctx context.Context, h *shardedHandler, t task.Task, job
 		}
 		plan.Shards[i] = spec
 	}
-	ref := task.PlanRef{Object: task.PlanObject(t.ID, t.ExecutionID), Shards: len(shards), Aggregate: h.Aggregate != nil}
+	ref := task.PlanRef{Object: task.PlanObject(t.ID, t.ExecutionID), Shards: len(shards), Aggregate: h.Aggregate != nil,
+		Bucket: subject.ObjectBucket(t.Capability)}
 	if err := plan.Validate(ref); err != nil {
 		return nil, nil, Permanent(fmt.Errorf("the planner's result is invalid: %w", err))
 	}
@@ -153,7 +167,7 @@ func (e *Executor) plan(ctx context.Context, h *shardedHandler, t task.Task, job
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode plan: %w", err)
 	}
-	if err := e.putObject(ctx, ref.Object, data); err != nil {
+	if ref.Digest, err = e.putObject(ctx, ref.Bucket, ref.Object, data); err != nil {
 		return nil, nil, fmt.Errorf("store plan %s: %w", ref.Object, err)
 	}
 	return nil, &ref, nil
@@ -174,7 +188,8 @@ func (e *Executor) aggregate(ctx context.Context, h *shardedHandler, t task.Task
 	}
 	outs := &ShardOutcomes{Shards: make([]ShardOutcome, len(markers)), objects: e.objects}
 	for i, m := range markers {
-		outs.Shards[i] = ShardOutcome{Index: m.Index, ID: m.ID, State: m.State, Result: m.Result, ResultObject: m.ResultObject, Error: m.Error}
+		outs.Shards[i] = ShardOutcome{Index: m.Index, ID: m.ID, State: m.State, Result: m.Result, ResultObject: m.ResultObject, Error: m.Error,
+			ResultBucket: m.ResultBucket, ResultDigest: m.ResultDigest}
 		if m.State == task.Succeeded {
 			outs.Succeeded++
 		}
@@ -182,42 +197,58 @@ func (e *Executor) aggregate(ctx context.Context, h *shardedHandler, t task.Task
 	return h.Aggregate(ctx, job, outs)
 }
 
-// storeLargeResult moves a result over task.InlineResultLimit into the
-// object store and returns its name.
-func (e *Executor) storeLargeResult(ctx context.Context, t task.Task, result json.RawMessage) (string, error) {
-	name := task.ResultObjectName(t.ID, t.ExecutionID)
-	if err := e.putObject(ctx, name, result); err != nil {
-		return "", fmt.Errorf("store result (%d bytes) as %s: %w", len(result), name, err)
+// storeLargeResult moves a report's result over task.InlineResultLimit
+// into the object store of the task's capability, and points the report at
+// it (name, store and digest) instead. The result leaves the report either
+// way.
+func (e *Executor) storeLargeResult(ctx context.Context, t task.Task, r *task.Report) error {
+	name, bucket, result := task.ResultObjectName(t.ID, t.ExecutionID), subject.ObjectBucket(t.Capability), r.Result
+	r.Result = nil
+	digest, err := e.putObject(ctx, bucket, name, result)
+	if err != nil {
+		return fmt.Errorf("store result (%d bytes) as %s: %w", len(result), name, err)
 	}
-	return name, nil
+	r.ResultObject, r.ResultBucket, r.ResultDigest = name, bucket, digest
+	return nil
 }
 
-// putObject stores an object, riding out a NATS outage (no responders, a
-// leader election) for up to putObjectPatience: an infrastructure error is
-// not the handler's failure and should not use up the task's retries. A
-// store that keeps failing longer fails the attempt instead, so its retry
-// (a new execution, a new object name) runs soon rather than the task
-// sitting "running" until its timeout while this executor heart-beats. (A
-// cluster run saw three planners stuck that way after a partition.)
-func (e *Executor) putObject(ctx context.Context, name string, data []byte) error {
+// putObject stores an object in bucket and returns its digest, riding out
+// a NATS outage (no responders, a leader election) for up to
+// putObjectPatience: an infrastructure error is not the handler's failure
+// and should not use up the task's retries. A store that keeps failing
+// longer fails the attempt instead, so its retry (a new execution, a new
+// object name) runs soon rather than the task sitting "running" until its
+// timeout while this executor heart-beats. (A cluster run saw three
+// planners stuck that way after a partition.) A capability's store is
+// created by the orchestrator before the capability's first dispatch; one
+// missing (removed by hand, or a task dispatched by an orchestrator older
+// than per-capability stores) fails the attempt at once, and its retry's
+// dispatch creates it.
+func (e *Executor) putObject(ctx context.Context, bucket, name string, data []byte) (string, error) {
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = putObjectPatience
 	tries := 0
-	return backoff.Retry(func() error {
+	var digest string
+	err := backoff.Retry(func() error {
 		// Each try has its own deadline: a chunk's acknowledgement lost in
 		// a partition would otherwise hold the put until the attempt's
 		// timeout.
 		tctx, cancel := context.WithTimeout(ctx, putObjectTry)
-		_, err := e.objects.PutBytes(tctx, name, data)
+		var err error
+		digest, err = e.objects.Put(tctx, bucket, name, data)
 		cancel()
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return backoff.Permanent(err)
+		}
 		if err != nil {
 			tries++
-			e.log.Warn("storing an object failed; retrying", "object", name, "tries", tries, "error", err)
+			e.log.Warn("storing an object failed; retrying", "object", name, "bucket", bucket, "tries", tries, "error", err)
 		}
 		return err
 	}, backoff.WithContext(bo, ctx))
+	return digest, err
 }
 
 // putObjectPatience bounds how long putObject retries one object, and

@@ -195,8 +195,12 @@ func mayBeWatched(t task.Task) bool {
 // de-duplicated by execution id, then stores its sweep entry (the
 // reconciler's look, shared with the dispatches going out at the same time:
 // see sweep.go) and arms its timers. The dispatch goes out first, so a task
-// starts one round trip sooner.
+// starts one round trip sooner. The capability's object store exists before
+// its first dispatch (ensureObjects: a lookup after that).
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
+	if err := o.ensureObjects(ctx, t.Capability); err != nil {
+		return fmt.Errorf("dispatch %s: %w", t.ID, err)
+	}
 	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev, Token: o.tokens.Sign(t.ID, t.ExecutionID)})
 	if err != nil {
 		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)

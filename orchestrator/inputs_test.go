@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/object"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -21,13 +25,14 @@ type part struct {
 
 // TestResultsFlowDownTheDAG: a task sums the results of its two
 // upstreams, one inline and one larger than task.InlineResultLimit (read
-// from the object store); a cleanup step after a failure sees how each
-// upstream ended; the SDK shows the same inputs.
+// from the object store of its capability, checked against its digest); a
+// cleanup step after a failure sees how each upstream ended; the SDK shows
+// the same inputs.
 func TestResultsFlowDownTheDAG(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Retry: fastRetry})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capabilities: []string{task.DefaultCapability, "big"}})
 	big := strings.Repeat("x", task.InlineResultLimit+1000)
 	ex.HandleFunc("large", func(context.Context, *executor.Job) (any, error) { return part{N: 30, Pad: big}, nil })
 	ex.HandleFunc("small", func(context.Context, *executor.Job) (any, error) { return part{N: 12}, nil })
@@ -73,7 +78,9 @@ func TestResultsFlowDownTheDAG(t *testing.T) {
 	broken.MaxRetries = new(0)
 	report := newSpec("report", "report", "small", "broken")
 	report.TriggerRule = task.TriggerAllEnded
-	if _, err := c.SubmitGraph(ctx, []task.Spec{newSpec("large", "large"), newSpec("small", "small"),
+	large := newSpec("large", "large")
+	large.Capability = "big" // the reader, sum, is of another capability
+	if _, err := c.SubmitGraph(ctx, []task.Spec{large, newSpec("small", "small"),
 		newSpec("sum", "sum", "large", "small"), broken, report}); err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +99,26 @@ func TestResultsFlowDownTheDAG(t *testing.T) {
 	}
 	if ins[0].ID != "large" || ins[0].ResultObject == "" || len(ins[0].Result) != 0 {
 		t.Errorf("the large input is not a reference into the object store: %+v", ins[0])
+	}
+	// In the store of its capability, with the digest of its bytes; not in
+	// the legacy AX_OBJECTS.
+	if ins[0].ResultBucket != subject.ObjectBucket("big") || !object.ValidDigest(ins[0].ResultDigest) {
+		t.Errorf("the large input's store and digest: %q %q", ins[0].ResultBucket, ins[0].ResultDigest)
+	}
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	obs, err := js.ObjectStore(ctx, subject.ObjectBucket("big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := obs.GetBytes(ctx, ins[0].ResultObject); err != nil || object.Digest(data) != ins[0].ResultDigest {
+		t.Fatalf("the object in %s: %d bytes, %v; want the digest recorded", subject.ObjectBucket("big"), len(data), err)
+	}
+	legacy, err := js.ObjectStore(ctx, subject.BucketObjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := legacy.GetInfo(ctx, ins[0].ResultObject); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("the object in AX_OBJECTS: %v; want not found", err)
 	}
 	if ins[1].ID != "small" || string(ins[1].Result) != `{"n":12}` || ins[1].ResultObject != "" {
 		t.Errorf("the small input is not inline: %+v", ins[1])

@@ -17,6 +17,7 @@ import (
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/exectoken"
 	"github.com/ax-run/ax/internal/fanin"
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
@@ -45,8 +46,10 @@ type Orchestrator struct {
 	// types holds the accepted task types under Limits.MaxTaskTypes (nil:
 	// unlimited).
 	types *typeset.Set
-	// objects holds shard plans and large results.
-	objects jetstream.ObjectStore
+	// objects reads shard plans from the object stores; buckets remembers
+	// the capabilities whose object store exists (objects.go).
+	objects *object.Stores
+	buckets *objectBuckets
 	// tokens signs dispatches and checks the execution tokens of reports,
 	// claims and leases (internal/exectoken).
 	tokens *exectoken.Key
@@ -95,7 +98,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID))}
 	o.metrics = o.obs.m
 	o.tracer = tracing.Tracer(c.TracerProvider)
@@ -272,9 +275,7 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	if o.tokens, err = exectoken.Load(ctx, o.js); err != nil {
 		return err
 	}
-	if o.objects, err = o.js.ObjectStore(ctx, subject.BucketObjects); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
-	}
+	o.objects = object.New(o.js)
 	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
 		return fmt.Errorf("bind timers: %w", err)
 	}

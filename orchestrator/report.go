@@ -139,8 +139,9 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	if r.Status == task.OutcomeSucceeded && len(r.Result) > task.InlineResultLimit {
 		r.Status, r.Permanent, r.Result = task.OutcomeFailed, true, nil
 		r.Error = fmt.Sprintf("the report's inline result is over the %d-byte limit (executors store larger results in %s)",
-			task.InlineResultLimit, subject.BucketObjects)
+			task.InlineResultLimit, subject.ObjectBucket(t.Capability))
 	}
+	r = o.checkObjects(t, r) // objects.go
 	t.UpdatedAt = now
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
@@ -161,6 +162,7 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	if r.Status == task.OutcomeSucceeded {
 		t.State = task.Succeeded
 		t.ResultObject = r.ResultObject
+		t.ResultBucket, t.ResultDigest = r.ResultBucket, r.ResultDigest
 		t.Result = r.Result
 		t.FinishedAt = &now
 		return t, fmt.Sprintf("attempt %d succeeded", t.Attempt)

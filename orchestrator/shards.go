@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
-	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
 
@@ -91,12 +91,16 @@ func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error
 // (a replay after a crash) have the effects of their state ensured. A plan
 // that cannot be used fails the parent (ok false).
 func (o *Orchestrator) registerShards(ctx context.Context, parent task.Task) (ok bool, err error) {
-	data, err := o.objects.GetBytes(ctx, parent.Sharding.Object)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return false, o.failParent(ctx, parent.ID, "", fmt.Sprintf("its plan %s is missing from %s", parent.Sharding.Object, subject.BucketObjects))
-	}
-	if err != nil {
-		return false, fmt.Errorf("read plan %s of %s: %w", parent.Sharding.Object, parent.ID, err)
+	ref := parent.Sharding.PlanRef
+	data, err := o.objects.Get(ctx, ref.Bucket, ref.Object, ref.Digest)
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound) || errors.Is(err, jetstream.ErrBucketNotFound):
+		return false, o.failParent(ctx, parent.ID, "", fmt.Sprintf("its plan %s is missing from %s", ref.Object, object.Bucket(ref.Bucket)))
+	case errors.Is(err, object.ErrDigestMismatch) || errors.Is(err, object.ErrNotObjectStore):
+		// Overwritten after its planner reported it: not the plan.
+		return false, o.failParent(ctx, parent.ID, "", "its plan cannot be used: "+err.Error())
+	case err != nil:
+		return false, fmt.Errorf("read plan %s of %s: %w", ref.Object, parent.ID, err)
 	}
 	var plan task.Plan
 	if err := json.Unmarshal(data, &plan); err != nil {
@@ -231,7 +235,8 @@ func (o *Orchestrator) shardEnded(ctx context.Context, t task.Task) error {
 // markShard writes a finished shard's fan-in marker (once) and returns its
 // parent's count of ended shards after it.
 func (o *Orchestrator) markShard(ctx context.Context, t task.Task) (task.MemberOutcome, int, error) {
-	out := task.MemberOutcome{Index: t.ShardIndex, ID: t.ID, State: t.State, Result: t.Result, ResultObject: t.ResultObject}
+	out := task.MemberOutcome{Index: t.ShardIndex, ID: t.ID, State: t.State, Result: t.Result, ResultObject: t.ResultObject,
+		ResultBucket: t.ResultBucket, ResultDigest: t.ResultDigest}
 	if t.State != task.Succeeded {
 		out.Error = t.Reason
 		if n := len(t.Errors); n > 0 && t.State == task.Failed {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/fanin"
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
@@ -342,12 +343,19 @@ func TestShardsCancelOrExpireParent(t *testing.T) {
 	}
 }
 
+// A shard's large result is stored in the object store of the shard's
+// capability and the plan in the parent's, each with its digest; the
+// aggregator and the SDK read them.
 func TestShardsLargeResultsByReference(t *testing.T) {
 	t.Parallel()
-	e := newShardEnv(t, executor.Config{})
+	e := newShardEnv(t, executor.Config{Capabilities: []string{task.DefaultCapability, "maps"}})
 	big := strings.Repeat("x", task.InlineResultLimit+1)
 	e.ex.HandleShards("split", executor.Sharded{
-		Plan: numbers(3),
+		Plan: func(ctx context.Context, j *executor.Job) ([]executor.Shard, error) {
+			shards, err := numbers(3)(ctx, j)
+			shards[1].Capability = "maps"
+			return shards, err
+		},
 		Shard: func(_ context.Context, j *executor.Job) (any, error) {
 			if j.ShardIndex == 1 {
 				return big, nil
@@ -357,6 +365,9 @@ func TestShardsLargeResultsByReference(t *testing.T) {
 		Aggregate: func(ctx context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
 			if s.Shards[1].ResultObject == "" || s.Shards[1].Result != nil || string(s.Shards[0].Result) != `"small"` {
 				return nil, fmt.Errorf("outcomes %+v", s.Shards)
+			}
+			if s.Shards[1].ResultBucket != subject.ObjectBucket("maps") || !object.ValidDigest(s.Shards[1].ResultDigest) {
+				return nil, fmt.Errorf("shard 1's store and digest: %q %q", s.Shards[1].ResultBucket, s.Shards[1].ResultDigest)
 			}
 			r, err := s.Result(ctx, 1)
 			if err != nil {
@@ -374,6 +385,19 @@ func TestShardsLargeResultsByReference(t *testing.T) {
 	r, err := e.c.Result(e.ctx, task.ShardID("big", 1))
 	if err != nil || len(r) != len(big)+2 {
 		t.Fatalf("shard result: %d bytes, %v", len(r), err)
+	}
+	// The plan: in the parent's capability's store, with its digest.
+	ref := got.Sharding.PlanRef
+	if ref.Bucket != subject.ObjectBucket(task.DefaultCapability) || !strings.HasPrefix(ref.Object, "plans/big/") {
+		t.Fatalf("plan reference %+v", ref)
+	}
+	js, _ := jetstream.New(testenv.Conn(t, e.url))
+	obs, err := js.ObjectStore(e.ctx, ref.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := obs.GetBytes(e.ctx, ref.Object); err != nil || object.Digest(data) != ref.Digest {
+		t.Fatalf("plan %s in %s: %v; want the digest recorded (%s)", ref.Object, ref.Bucket, err, ref.Digest)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/natsconn"
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -31,6 +32,11 @@ var ErrNotFound = errors.New("task not found")
 // ErrNoTopology means AX's streams do not exist: no orchestrator has
 // created them yet. Only the orchestrator creates or changes them.
 var ErrNoTopology = topology.ErrMissing
+
+// ErrDigestMismatch means a large result read from its object store
+// (Result) is not the bytes its executor reported: it was overwritten
+// after the report. The error names the object and its store.
+var ErrDigestMismatch = object.ErrDigestMismatch
 
 // RejectedError is returned for a submission the orchestrator refused.
 type RejectedError struct {
@@ -49,6 +55,7 @@ type Client struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	store    *store.Store
+	objects  *object.Stores
 	ownsConn bool
 	// MaxPayload is checked client-side before submitting. Default 256 KiB.
 	// With a Codec it bounds the encoded payload, as the orchestrator does.
@@ -102,7 +109,7 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, store: st}, nil
+	return &Client{nc: nc, js: js, store: st, objects: object.New(js)}, nil
 }
 
 // Close closes the connection if the client opened it.

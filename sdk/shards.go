@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/ax-run/ax/internal/fanin"
-	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
 
@@ -56,8 +55,11 @@ func (c *Client) Shards(ctx context.Context, parent string) (*ShardProgress, err
 	return p, nil
 }
 
-// Result returns a succeeded task's result, reading it from the AX_OBJECTS
-// object store when it was too large to keep in the task record.
+// Result returns a succeeded task's result, reading it from the object
+// store its record names (its capability's, AX_OBJECTS_<capability>; the
+// legacy AX_OBJECTS for older records) when it was too large to keep in
+// the task record. An object whose bytes are not those its executor
+// reported (overwritten since) is an error wrapping ErrDigestMismatch.
 func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error) {
 	t, err := c.Get(ctx, id)
 	if err != nil {
@@ -69,11 +71,7 @@ func (c *Client) Result(ctx context.Context, id string) (json.RawMessage, error)
 	if t.ResultObject == "" {
 		return t.Result, nil
 	}
-	obs, err := c.js.ObjectStore(ctx, subject.BucketObjects)
-	if err != nil {
-		return nil, fmt.Errorf("bind %s: %w", subject.BucketObjects, err)
-	}
-	data, err := obs.GetBytes(ctx, t.ResultObject)
+	data, err := c.objects.Get(ctx, t.ResultBucket, t.ResultObject, t.ResultDigest)
 	if err != nil {
 		return nil, fmt.Errorf("read result %s of %s: %w", t.ResultObject, id, err)
 	}

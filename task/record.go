@@ -54,9 +54,17 @@ type Task struct {
 	// Takeovers counts how often the current attempt was taken over after
 	// its executor stopped heart-beating.
 	Takeovers int `json:"takeovers,omitempty"`
-	// ResultObject names the result in the AX_OBJECTS object store when it
-	// was larger than InlineResultLimit (Result is then empty).
+	// ResultObject names the result in the object store ResultBucket when
+	// it was larger than InlineResultLimit (Result is then empty).
 	ResultObject string `json:"result_object,omitempty"`
+	// ResultBucket is the object store holding ResultObject: the task's
+	// capability's, AX_OBJECTS_<capability>; empty for the legacy
+	// AX_OBJECTS (records written before per-capability stores).
+	ResultBucket string `json:"result_bucket,omitempty"`
+	// ResultDigest is ResultObject's SHA-256 as its executor reported it
+	// ("SHA-256=<base64url>"); readers refuse bytes that do not match.
+	// Empty in records written before digests (read unchecked).
+	ResultDigest string `json:"result_digest,omitempty"`
 	// TraceParent is the W3C traceparent of the task's trace (its
 	// submission's span), so its dispatches and attempts join that trace.
 	TraceParent string `json:"trace_parent,omitempty"`
@@ -252,8 +260,16 @@ type Report struct {
 	// backoff; for a snooze it is the snooze's delay.
 	RetryAfter *Duration `json:"retry_after,omitempty"`
 	// ResultObject names a result larger than InlineResultLimit in the
-	// AX_OBJECTS object store (Result is then empty).
+	// object store ResultBucket (Result is then empty): it must be
+	// ResultObjectName(ID, ExecutionID).
 	ResultObject string `json:"result_object,omitempty"`
+	// ResultBucket is the object store the executor wrote ResultObject to:
+	// that of the task's capability (subject.ObjectBucket). Empty: the
+	// legacy AX_OBJECTS (an executor from before per-capability stores).
+	ResultBucket string `json:"result_bucket,omitempty"`
+	// ResultDigest is ResultObject's SHA-256 ("SHA-256=<base64url>"),
+	// required with a ResultBucket.
+	ResultDigest string `json:"result_digest,omitempty"`
 	// Plan is a planner's outcome: where its list of shards is stored.
 	Plan *PlanRef `json:"plan,omitempty"`
 	// Token is the execution's dispatch token (Dispatch.Token).

@@ -15,8 +15,9 @@ const (
 	// (<id>/shard/<n>) stay within the 128-character id limit.
 	MaxShardableIDLen = 100
 	// InlineResultLimit is the largest result kept inside task records and
-	// fan-in markers; a larger one is stored in the AX_OBJECTS object store
-	// and referenced by result_object.
+	// fan-in markers; a larger one is stored in the object store of its
+	// task's capability (AX_OBJECTS_<capability>) and referenced by
+	// result_object, result_bucket and result_digest.
 	InlineResultLimit = 16 << 10
 	// WideFanIn is the number of dependencies above which a waiting task
 	// counts its succeeded upstreams with fan-in markers instead of
@@ -56,13 +57,22 @@ type Plan struct {
 
 // PlanRef is what a planner's report carries: where its plan is stored.
 type PlanRef struct {
-	// Object is the plan's name in the AX_OBJECTS object store.
+	// Object is the plan's name in the object store Bucket: it must be
+	// PlanObject(task id, execution id).
 	Object string `json:"object"`
 	// Shards is the number of shards in the plan.
 	Shards int `json:"shards"`
 	// Aggregate says whether an aggregator runs once the shards ended;
 	// without one the parent succeeds with a summary.
 	Aggregate bool `json:"aggregate"`
+	// Bucket is the object store holding the plan: that of the task's
+	// capability (AX_OBJECTS_<capability>). Empty: the legacy AX_OBJECTS
+	// (plans written before per-capability stores).
+	Bucket string `json:"bucket,omitempty"`
+	// Digest is the plan object's SHA-256 ("SHA-256=<base64url>"),
+	// required with a Bucket; the orchestrator refuses a plan whose bytes
+	// do not match it.
+	Digest string `json:"digest,omitempty"`
 }
 
 // Sharding is a shardable task's fan-out state, set when its plan is applied.
@@ -104,6 +114,12 @@ type MemberOutcome struct {
 	ResultObject string `json:"result_object,omitempty"`
 	// Error is why a member did not succeed.
 	Error string `json:"error,omitempty"`
+	// ResultBucket is the object store holding ResultObject (the member's
+	// capability's; empty: the legacy AX_OBJECTS).
+	ResultBucket string `json:"result_bucket,omitempty"`
+	// ResultDigest is ResultObject's SHA-256 as recorded in the member's
+	// record (empty: unchecked).
+	ResultDigest string `json:"result_digest,omitempty"`
 }
 
 // ShardSeparator joins a sharded task's id and a shard's index in the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -238,7 +239,9 @@ func printTask(g *globals, t *task.Task) {
 	if len(t.Result) > 0 {
 		row("Result", string(t.Result))
 	}
-	row("Result object", t.ResultObject)
+	if t.ResultObject != "" {
+		row("Result object", t.ResultObject+" in "+object.Bucket(t.ResultBucket))
+	}
 	for _, e := range t.Errors {
 		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
 	}
@@ -270,7 +273,7 @@ func printInputs(g *globals, ins []task.Input, err error) {
 			res = res[:cut] + fmt.Sprintf("… (%d bytes)", len(in.Result))
 		}
 		if in.ResultObject != "" {
-			res = "object " + in.ResultObject
+			res = "object " + in.ResultObject + " in " + object.Bucket(in.ResultBucket)
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", in.ID, in.State, res, in.Reason)
 	}

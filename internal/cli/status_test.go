@@ -90,7 +90,7 @@ func TestStatusShowsInputs(t *testing.T) {
 	if code := Run(context.Background(), []string{"status", "join", "--nats", srv.URL()}, &out, &errOut); code != 0 {
 		t.Fatalf("ax status exited %d: %s", code, errOut.String())
 	}
-	for _, want := range []string{"Inputs:", "up-big    succeeded  object results/up-big/", `up-small  succeeded  {"n":7}`} {
+	for _, want := range []string{"Inputs:", "up-big    succeeded  object results/up-big/", " in AX_OBJECTS_default", `up-small  succeeded  {"n":7}`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ax-run/ax/executor"
@@ -40,6 +41,10 @@ type Params struct {
 	// 0…Size-1 of its part of the range.
 	Shards int `json:"shards,omitempty"`
 	Size   int `json:"size,omitempty"`
+	// Pad adds a "pad" of that many bytes to the result of demo.sleep and
+	// demo.flaky: a result over task.InlineResultLimit is stored as an
+	// object.
+	Pad int `json:"pad,omitempty"`
 }
 
 // SplitResult is what demo.split's aggregator returns.
@@ -84,7 +89,7 @@ func Register(ex *executor.Executor) {
 		if err := sleep(ctx, p.Sleep); err != nil {
 			return nil, err
 		}
-		return map[string]any{"label": p.Label, "slept": p.Sleep, "executor_attempt": j.Attempt}, nil
+		return padded(p, map[string]any{"label": p.Label, "slept": p.Sleep, "executor_attempt": j.Attempt}), nil
 	})
 	ex.HandleFunc(TypeFlaky, func(ctx context.Context, j *executor.Job) (any, error) {
 		p, err := params(j)
@@ -97,7 +102,7 @@ func Register(ex *executor.Executor) {
 		if j.Attempt <= p.FailTimes {
 			return nil, fmt.Errorf("simulated failure %d of %d", j.Attempt, p.FailTimes)
 		}
-		return map[string]any{"label": p.Label, "succeeded_on_attempt": j.Attempt}, nil
+		return padded(p, map[string]any{"label": p.Label, "succeeded_on_attempt": j.Attempt}), nil
 	})
 	ex.HandleFunc(TypeFail, func(ctx context.Context, j *executor.Job) (any, error) {
 		p, err := params(j)
@@ -186,6 +191,14 @@ func registerSplit(ex *executor.Executor) {
 			return r, nil
 		},
 	})
+}
+
+// padded adds p.Pad bytes to a result.
+func padded(p Params, result map[string]any) map[string]any {
+	if p.Pad > 0 {
+		result["pad"] = strings.Repeat("p", p.Pad)
+	}
+	return result
 }
 
 func params(j *executor.Job) (Params, error) {

@@ -5,8 +5,9 @@
 // is read from the upstream's own record (a stream-leader read) when it is
 // asked for, so a handler that does not use its inputs costs nothing, and a
 // record never grows with its fan-in. A result over task.InlineResultLimit
-// is read from the AX_OBJECTS object store, where the upstream's executor
-// put it (the same limit and store as shard results).
+// is read from the object store the upstream's record names (its
+// capability's, where its executor put it; the legacy AX_OBJECTS for older
+// records) and checked against the digest recorded with it (internal/object).
 package inputs
 
 import (
@@ -15,9 +16,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/task"
 )
@@ -58,15 +59,16 @@ func Read(ctx context.Context, st *store.Store, ids []string) ([]task.Input, err
 
 // Result returns a succeeded input's result, reading it from the object
 // store when it was too large to keep inline. An input that did not
-// succeed is an error wrapping ErrNotSucceeded.
-func Result(ctx context.Context, objects jetstream.ObjectStore, in task.Input) (json.RawMessage, error) {
+// succeed is an error wrapping ErrNotSucceeded; an object whose bytes are
+// not those its executor reported one wrapping object.ErrDigestMismatch.
+func Result(ctx context.Context, objects *object.Stores, in task.Input) (json.RawMessage, error) {
 	if in.State != task.Succeeded {
 		return nil, fmt.Errorf("upstream %s is %s: %w", in.ID, in.State, ErrNotSucceeded)
 	}
 	if in.ResultObject == "" {
 		return in.Result, nil
 	}
-	data, err := objects.GetBytes(ctx, in.ResultObject)
+	data, err := objects.Get(ctx, in.ResultBucket, in.ResultObject, in.ResultDigest)
 	if err != nil {
 		return nil, fmt.Errorf("read result %s of upstream %s: %w", in.ResultObject, in.ID, err)
 	}

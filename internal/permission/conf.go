@@ -33,6 +33,18 @@ func Sample() Account {
 	}}
 }
 
+// Capabilities returns the capabilities the account's executors serve,
+// sorted: every reader may read their object stores (User.Permissions).
+func (a Account) Capabilities() []string {
+	var out []string
+	for _, u := range a.Users {
+		if u.Role == Executor {
+			out = append(out, u.capabilities()...)
+		}
+	}
+	return sorted(out)
+}
+
 // Validate checks every user and that names are unique.
 func (a Account) Validate() error {
 	if a.Name != "" && !validToken(a.Name) {
@@ -92,8 +104,9 @@ accounts {
     jetstream: enabled
     users: [
 `)
+	capabilities := a.Capabilities()
 	for _, u := range a.Users {
-		p := u.Permissions()
+		p := u.Permissions(capabilities)
 		fmt.Fprintf(&b, "      # %s\n", describe(u))
 		fmt.Fprintf(&b, "      {\n        user: %s\n        password: $%s\n        permissions: {\n", strconv.Quote(u.Name), PasswordVar(u.Name))
 		writeRules(&b, "publish", p.Publish)

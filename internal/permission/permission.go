@@ -14,10 +14,12 @@
 //     (their names and filter subjects are in its rights, so it cannot
 //     create one on another capability's dispatches), reports on the
 //     completed subjects of the task types it serves, renews leases, stores
-//     plans and large results, asks the orchestrator to claim an attempt on
-//     its capability's claim subject, and listens to cancel signals. It
-//     reads task records, leases, fan-in markers and objects. It writes no
-//     record and no stream configuration.
+//     plans and large results in its capability's object store
+//     (AX_OBJECTS_<C>, and no other), asks the orchestrator to claim an
+//     attempt on its capability's claim subject, and listens to cancel
+//     signals. It reads task records, leases, fan-in markers and every
+//     capability's objects (upstream results). It writes no record and no
+//     stream configuration.
 //   - producer: submits (on every intake lane, or only for some types),
 //     reads task state and results, and cancels only when granted.
 //   - mirror: reads AX_TASKS through its durable consumer; writes nothing.
@@ -149,19 +151,25 @@ func (u User) capabilities() []string {
 }
 
 // Permissions returns the user's rights (see the package doc).
-func (u User) Permissions() Permissions {
+// capabilities are the account's (Account.Capabilities): the
+// capabilities whose object stores, AX_OBJECTS_<capability>, its readers
+// may read — a stream name is one subject token, so a right cannot name
+// them all with a wildcard, and each is listed. An executor's own
+// capabilities are added to them.
+func (u User) Permissions(capabilities []string) Permissions {
+	objects := objectBuckets(append(slices.Clone(capabilities), u.capabilities()...))
 	var p Permissions
 	switch u.Role {
 	case Orchestrator:
-		p = orchestrator()
+		p = orchestrator(objects)
 	case Executor:
-		p = executor(u.capabilities(), u.Types)
+		p = executor(u.capabilities(), u.Types, objects)
 	case Producer:
-		p = producer(u.Name, u.Types, u.Cancel)
+		p = producer(u.Name, u.Types, u.Cancel, objects)
 	case Mirror:
 		p = mirror()
 	case Operator:
-		p = operator(u.Name)
+		p = operator(u.Name, objects)
 	}
 	p.Subscribe.Allow = append([]string{u.InboxPrefix() + ".>"}, p.Subscribe.Allow...)
 	p.Publish.Allow = append(p.Publish.Allow, u.Publish...)
@@ -179,11 +187,30 @@ const (
 func kvStream(bucket string) string  { return "KV_" + bucket }
 func objStream(bucket string) string { return "OBJ_" + bucket }
 func kvAll(bucket string) string     { return "$KV." + bucket + ".>" }
-func objAll(bucket string) string    { return "$O." + bucket + ".>" }
 
 // objPut are the subjects of writing objects: chunks and their meta entry.
 func objPut(bucket string) []string {
 	return []string{"$O." + bucket + ".C.>", "$O." + bucket + ".M.>"}
+}
+
+// objectBuckets are AX's object stores: the legacy AX_OBJECTS (records
+// written before per-capability stores name objects there) and each
+// capability's, sorted.
+func objectBuckets(capabilities []string) []string {
+	out := []string{subject.BucketObjects}
+	for _, c := range sorted(capabilities) {
+		out = append(out, subject.ObjectBucket(c))
+	}
+	return out
+}
+
+// objStreams are the streams of object stores.
+func objStreams(buckets []string) []string {
+	out := make([]string, len(buckets))
+	for i, b := range buckets {
+		out[i] = objStream(b)
+	}
+	return out
 }
 
 func msgGet(stream string) string { return jsAPI + "STREAM.MSG.GET." + stream }
@@ -243,7 +270,7 @@ func read(p *Permissions, self Role, streams ...string) {
 	}
 }
 
-func orchestrator() Permissions {
+func orchestrator(objects []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = []string{
 		// Topology, its own consumers, reads, purges (trimming, retention).
@@ -258,16 +285,19 @@ func orchestrator() Permissions {
 		subject.PoisonAll, subject.TaskTypeAll,
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
 		kvAll(subject.BucketKeys), // the execution-token key: orchestrators only
-		objAll(subject.BucketObjects),
 		// Command replies (Ax-Reply-To: another user's inbox).
 		subject.ReplyInbox+".>",
 	)
+	// The object stores it owns (it reads them through $JS.API).
+	for _, b := range objects {
+		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
+	}
 	p.Subscribe.Allow = []string{subject.ClaimAll}
 	p.AllowResponses = true // claim replies
 	return p
 }
 
-func executor(capabilities, types []string) Permissions {
+func executor(capabilities, types, objects []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = []string{
 		streamInfoAll,
@@ -286,16 +316,19 @@ func executor(capabilities, types []string) Permissions {
 			)
 		}
 		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c), subject.LeaseCapability(c))
+		// Plans and large results, in its capability's object store only:
+		// another capability's objects (and AX_OBJECTS) it may not write,
+		// replace or roll up.
+		p.Publish.Allow = append(p.Publish.Allow, objPut(subject.ObjectBucket(c))...)
 		// The doorbell: a core subscription woken by new dispatches.
 		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.ReadyCapability(c))
 	}
 	for _, t := range types {
 		p.Publish.Allow = append(p.Publish.Allow, subject.Completed(t))
 	}
-	p.Publish.Allow = append(p.Publish.Allow, objPut(subject.BucketObjects)...) // plans, large results
 	// Aggregators read their shards' markers; handlers read upstream
-	// results and their own job's objects.
-	read(&p, Executor, subject.StreamFanIn, objStream(subject.BucketObjects))
+	// results (of any capability) and their own job's objects.
+	read(&p, Executor, append([]string{subject.StreamFanIn}, objStreams(objects)...)...)
 	p.Subscribe.Allow = append(p.Subscribe.Allow, subject.CancelSignalAll)
 	return p
 }
@@ -314,14 +347,14 @@ func submitSubjects(types []string) []string {
 	return out
 }
 
-func producer(name string, types []string, cancel bool) Permissions {
+func producer(name string, types []string, cancel bool, objects []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(types), streamInfoAll)
 	// Task state and results: records, histories and Wait (AX_TASKS),
 	// dependents (AX_EDGES), shard progress (AX_FANIN, AX_COUNTS),
 	// results kept as objects.
-	read(&p, Producer, subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
-		objStream(subject.BucketObjects))
+	read(&p, Producer, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
+		objStreams(objects)...)...)
 	// Its rejections; a resubmission clears the stale one.
 	p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), jsAPI+"STREAM.PURGE."+subject.StreamRejected)
 	p.Publish.Allow = append(p.Publish.Allow, subject.OutboxNotify) // outbox.Notify
@@ -346,7 +379,7 @@ func mirror() Permissions {
 	return p
 }
 
-func operator(name string) Permissions {
+func operator(name string, objects []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(nil), // re-run, a schedule fired by hand
 		// Commands under its own name only (`ax --as <name>`,
@@ -359,9 +392,9 @@ func operator(name string) Permissions {
 		jsAPI+"CONSUMER.INFO.*.*", jsAPI+"CONSUMER.NAMES.*", jsAPI+"CONSUMER.LIST.*", // backlogs, lag
 		jsAPI+"STREAM.PURGE."+subject.StreamRejected,
 	)
-	read(&p, Operator, subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
+	read(&p, Operator, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
 		subject.StreamDLQ, subject.StreamRejected, subject.StreamHeld, subject.StreamAudit, subject.StreamPoison,
-		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl), objStream(subject.BucketObjects))
+		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl)}, objStreams(objects)...)...)
 	return p
 }
 

@@ -60,8 +60,9 @@ const (
 // and may not publish and subscribe to.
 func TestMatrix(t *testing.T) {
 	users := map[string]permission.Permissions{}
-	for _, u := range permission.Sample().Users {
-		users[u.Name] = u.Permissions()
+	acct := permission.Sample()
+	for _, u := range acct.Users {
+		users[u.Name] = u.Permissions(acct.Capabilities())
 	}
 	type check struct {
 		user, subj string
@@ -90,7 +91,26 @@ func TestMatrix(t *testing.T) {
 		pub("executor-email", subject.LegacyLease("x"), false),
 		pub("executor-email", "$JS.API.DIRECT.GET.AX_TASKS.ax.task.x", true),
 		pub("executor-email", subject.Claim("email"), true),
-		pub("executor-email", "$O.AX_OBJECTS.C.abc", true),
+		// Objects: written only in its capability's store; every
+		// capability's (and the legacy AX_OBJECTS) read.
+		pub("executor-email", "$O.AX_OBJECTS_email.C.abc", true),
+		pub("executor-email", "$O.AX_OBJECTS_email.M.abc", true),
+		pub("executor-email", "$O.AX_OBJECTS_pdf.C.abc", false),
+		pub("executor-email", "$O.AX_OBJECTS_pdf.M.abc", false),
+		pub("executor-email", "$O.AX_OBJECTS.C.abc", false),
+		pub("executor-email", "$O.AX_OBJECTS.M.abc", false),
+		pub("executor-email", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_pdf", true),
+		pub("executor-email", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", true),
+		pub("executor-email", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS", true),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.OBJ_AX_OBJECTS_pdf.abc.$O.AX_OBJECTS_pdf.C.xyz", true),
+		pub("executor-email", "$JS.API.STREAM.PURGE.OBJ_AX_OBJECTS_pdf", false),
+		pub("executor-email", "$JS.API.STREAM.PURGE.OBJ_AX_OBJECTS_email", false),
+		pub("executor-email", "$JS.API.STREAM.DELETE.OBJ_AX_OBJECTS_email", false),
+		pub("executor-email", "$JS.API.STREAM.MSG.DELETE.OBJ_AX_OBJECTS_pdf", false),
+		pub("executor-pdf", "$O.AX_OBJECTS_pdf.M.abc", true),
+		pub("executor-pdf", "$O.AX_OBJECTS_email.M.abc", false),
+		pub("orchestrator", "$O.AX_OBJECTS_pdf.M.abc", true),
+		pub("orchestrator", "$JS.API.STREAM.CREATE.OBJ_AX_OBJECTS_pdf", true),
 		pub("executor-email", "$JS.API.STREAM.MSG.GET.AX_TASKS", true),
 		pub("executor-email", "$JS.API.STREAM.INFO.AX_TASKS", true),
 		sub("executor-email", subject.ReadyCapability("email"), true),
@@ -134,6 +154,9 @@ func TestMatrix(t *testing.T) {
 		pub("producer", subject.Completed("email.send"), false),
 		pub("producer", subject.CancelSignal("x"), false),
 		pub("producer", "$JS.API.STREAM.PURGE.AX_TASKS", false),
+		pub("producer", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_pdf", true),
+		pub("producer", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS", true),
+		pub("producer", "$O.AX_OBJECTS_pdf.M.abc", false),
 
 		// The mirror reads AX_TASKS only.
 		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-mirror.ax.task.>", true),
@@ -141,6 +164,7 @@ func TestMatrix(t *testing.T) {
 		pub("mirror", subject.Task("x"), false),
 		pub("mirror", "$JS.API.STREAM.PURGE.AX_TASKS", false),
 		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_READY.abc.task.ready.email.p0", false),
+		pub("mirror", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", false),
 
 		// Operators command and read; they write no record.
 		pub("operator", subject.CommandAs("operator", subject.CommandRedrive, "x"), true),
@@ -152,6 +176,8 @@ func TestMatrix(t *testing.T) {
 		pub("operator", subject.Audit("breaker", "x"), false),
 		pub("operator", subject.Task("x"), false),
 		pub("operator", "$JS.API.STREAM.DELETE.AX_TASKS", false),
+		pub("operator", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", true),
+		pub("operator", "$O.AX_OBJECTS_email.C.abc", false),
 		pub("console", subject.CommandAs("console", subject.CommandCancel, "x"), true),
 		pub("console", subject.CommandAs("operator", subject.CommandCancel, "x"), false),
 	}
@@ -186,8 +212,48 @@ func TestMatrix(t *testing.T) {
 	}
 }
 
+// An executor serving several capabilities writes each one's object
+// store; every user reads the stores of the capabilities it is given (the
+// account's) and its own.
+func TestObjectStores(t *testing.T) {
+	acct := permission.Account{Users: []permission.User{
+		{Name: "orchestrator", Role: permission.Orchestrator},
+		{Name: "gpu", Role: permission.Executor, Capability: "gpu", Capabilities: []string{"cpu"}, Types: []string{"ml.>"}},
+		{Name: "web", Role: permission.Executor, Capability: "web", Types: []string{"web.>"}},
+		{Name: "shop", Role: permission.Producer},
+	}}
+	if got := strings.Join(acct.Capabilities(), ","); got != "cpu,gpu,web" {
+		t.Fatalf("capabilities %s", got)
+	}
+	gpu := acct.Users[1].Permissions(acct.Capabilities())
+	for subj, want := range map[string]bool{
+		"$O.AX_OBJECTS_gpu.C.x": true, "$O.AX_OBJECTS_cpu.M.x": true, "$O.AX_OBJECTS_web.M.x": false,
+		"$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_web": true, "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_other": false,
+	} {
+		if got := allowed(gpu.Publish, subj); got != want {
+			t.Errorf("gpu may publish %s: %v, want %v", subj, got, want)
+		}
+	}
+	// Without the account's capabilities an executor still reads its own.
+	alone := acct.Users[2].Permissions(nil)
+	for subj, want := range map[string]bool{
+		"$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_web": true, "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS": true,
+		"$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_gpu": false,
+	} {
+		if got := allowed(alone.Publish, subj); got != want {
+			t.Errorf("web alone may publish %s: %v, want %v", subj, got, want)
+		}
+	}
+	shop := acct.Users[3].Permissions(acct.Capabilities())
+	for _, c := range acct.Capabilities() {
+		if subj := "$JS.API.STREAM.MSG.GET.OBJ_" + subject.ObjectBucket(c); !allowed(shop.Publish, subj) {
+			t.Errorf("shop may not read %s", subj)
+		}
+	}
+}
+
 func TestProducerOptions(t *testing.T) {
-	p := permission.User{Name: "shop", Role: permission.Producer, Types: []string{"order.>"}, Cancel: true}.Permissions()
+	p := permission.User{Name: "shop", Role: permission.Producer, Types: []string{"order.>"}, Cancel: true}.Permissions(nil)
 	for subj, want := range map[string]bool{
 		subject.SubmitLane(3, "order.create"):                         true,
 		subject.Submit("order.create"):                                true,
@@ -239,9 +305,10 @@ func TestValidate(t *testing.T) {
 // deployment.
 func TestOrchestratorWritesEveryStream(t *testing.T) {
 	var orch permission.Permissions
-	for _, u := range permission.Sample().Users {
+	acct := permission.Sample()
+	for _, u := range acct.Users {
 		if u.Role == permission.Orchestrator {
-			orch = u.Permissions()
+			orch = u.Permissions(acct.Capabilities())
 		}
 	}
 	for _, sc := range topology.Streams(topology.Options{}) {

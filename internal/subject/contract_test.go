@@ -24,7 +24,7 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		StreamHeld, StreamAudit, HeldAll, AuditAll, BucketSchedules, BucketControl, BucketRetryWindows,
 		ControlPauseAll, "pause.type.<type>", "breaker.<type>", "ax.held.<type>.<id>", "ax.audit.<kind>.<key>",
 		string(TimerStart), string(TimerDeadline), string(TimerDispatch), string(TimerSchedule),
-		StreamTypes, TaskTypeAll, TaskType("<type>"),
+		StreamTypes, TaskTypeAll, TaskType("<type>"), BucketObjects, ObjectBucket("<capability>"),
 		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
 	}
 	for _, n := range names {
@@ -54,6 +54,17 @@ func TestNames(t *testing.T) {
 	}
 	if _, ok := TaskTypeFrom("ax.type."); ok {
 		t.Error("TaskTypeFrom accepted an empty type")
+	}
+	if b := ObjectBucket("pdf-x_1"); b != "AX_OBJECTS_pdf-x_1" {
+		t.Errorf("ObjectBucket = %q", b)
+	}
+	if c, ok := ObjectBucketCapability(ObjectBucket("pdf")); !ok || c != "pdf" {
+		t.Errorf("ObjectBucketCapability = %q %v", c, ok)
+	}
+	for _, bad := range []string{BucketObjects, BucketObjects + "_", "AX_OBJECTSX", "KV_AX_OBJECTS_pdf"} {
+		if _, ok := ObjectBucketCapability(bad); ok {
+			t.Errorf("ObjectBucketCapability(%q) accepted", bad)
+		}
 	}
 	if caller, kind, id, ok := ParseCommand("ax.cmd.cancel.a/b"); !ok || caller != "" || kind != "cancel" || id != "a/b" {
 		t.Errorf("ParseCommand = %q %q %q %v", caller, kind, id, ok)

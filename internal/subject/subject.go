@@ -30,9 +30,26 @@ const (
 	StreamTypes     = "AX_TYPES"
 )
 
-// BucketObjects is the object store of planners' shard lists and results
-// larger than task.InlineResultLimit.
+// BucketObjects is the legacy object store of planners' shard lists and
+// results larger than task.InlineResultLimit, shared by every capability:
+// records written before per-capability stores name objects here (an empty
+// bucket field), and readers still read them. Nothing writes it any more.
 const BucketObjects = "AX_OBJECTS"
+
+// ObjectBucket is the object store of one capability's shard plans and
+// large results, AX_OBJECTS_<capability>: only that capability's executors
+// may write it (deploy/security). A capability is one token of
+// [A-Za-z0-9_-] (≤ 64), so the name is a valid bucket and stream name.
+func ObjectBucket(capability string) string { return objectBucketPrefix + capability }
+
+// ObjectBucketCapability is the capability of a per-capability object
+// store's name (ok false for any other name, AX_OBJECTS included).
+func ObjectBucketCapability(bucket string) (capability string, ok bool) {
+	capability, ok = strings.CutPrefix(bucket, objectBucketPrefix)
+	return capability, ok && capability != ""
+}
+
+const objectBucketPrefix = BucketObjects + "_"
 
 // Key-value buckets.
 const (

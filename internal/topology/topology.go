@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,7 +37,8 @@ type Options struct {
 	// TaskHistoryMaxAge bounds how long the history of a finished task is
 	// kept after it finished (the orchestrator removes it then, with its
 	// fan-in markers); unfinished tasks are never removed. It is also the
-	// TTL of AX_OBJECTS (plans and large results). Default 0: forever.
+	// TTL of the object stores (AX_OBJECTS and each capability's
+	// AX_OBJECTS_<capability>: plans and large results). Default 0: forever.
 	TaskHistoryMaxAge time.Duration
 }
 
@@ -251,6 +253,64 @@ func ObjectStores(o Options) []jetstream.ObjectStoreConfig {
 	}
 }
 
+// CapabilityObjectStore returns the configuration of a capability's object
+// store (subject.ObjectBucket): AX_OBJECTS's, under the capability's name.
+// The orchestrator creates it before the capability's first dispatch
+// (EnsureCapabilityObjects); Check does not ask for it.
+func CapabilityObjectStore(o Options, capability string) jetstream.ObjectStoreConfig {
+	cfg := ObjectStores(o)[0]
+	cfg.Bucket = subject.ObjectBucket(capability)
+	cfg.Description = "AX shard plans and large results of capability " + capability
+	return cfg
+}
+
+// EnsureCapabilityObjects creates or updates a capability's object store
+// (CapabilityObjectStore), as Ensure does the others. A new one asked for
+// no replica count (o.Replicas 0) gets AX_OBJECTS's, so it is replicated
+// like the rest of the topology.
+func EnsureCapabilityObjects(ctx context.Context, js jetstream.JetStream, o Options, capability string) error {
+	if o.Replicas <= 0 {
+		if _, err := js.Stream(ctx, "OBJ_"+subject.ObjectBucket(capability)); errors.Is(err, jetstream.ErrStreamNotFound) {
+			r, err := replicas(ctx, js, "OBJ_"+subject.BucketObjects, o)
+			if err != nil {
+				return err
+			}
+			o.Replicas = r
+		}
+	}
+	return ensureObjectStore(ctx, js, o, CapabilityObjectStore(o, capability))
+}
+
+// ensureObjectStore creates or updates one object store, keeping its
+// replica count unless asked, and turns its direct gets off.
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, o Options, cfg jetstream.ObjectStoreConfig) error {
+	r, err := replicas(ctx, js, "OBJ_"+cfg.Bucket, o)
+	if err != nil {
+		return err
+	}
+	cfg.Replicas = r
+	if _, err := js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
+		return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
+	}
+	return leaderReads(ctx, js, "OBJ_"+cfg.Bucket)
+}
+
+// capabilityObjectStores lists the capabilities that have an object store.
+func capabilityObjectStores(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	names := js.StreamNames(ctx)
+	var out []string
+	for name := range names.Name() {
+		bucket, isObjects := strings.CutPrefix(name, "OBJ_")
+		if c, ok := subject.ObjectBucketCapability(bucket); isObjects && ok {
+			out = append(out, c)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("list object stores: %w", err)
+	}
+	return out, nil
+}
+
 // ErrFewerReplicas is returned by Ensure when the requested replica count
 // is below the existing one and AllowFewerReplicas is not set.
 var ErrFewerReplicas = errors.New("refusing to lower the replica count")
@@ -295,15 +355,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		}
 	}
 	for _, cfg := range ObjectStores(o) {
-		r, err := replicas(ctx, js, "OBJ_"+cfg.Bucket, o)
-		if err != nil {
+		if err := ensureObjectStore(ctx, js, o, cfg); err != nil {
 			return err
 		}
-		cfg.Replicas = r
-		if _, err := js.CreateOrUpdateObjectStore(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure object store %s: %w", cfg.Bucket, err)
-		}
-		if err := leaderReads(ctx, js, "OBJ_"+cfg.Bucket); err != nil {
+	}
+	// The capabilities' object stores that exist follow the same options
+	// (a replica count, a TTL); new ones are created at their first
+	// dispatch (EnsureCapabilityObjects).
+	caps, err := capabilityObjectStores(ctx, js)
+	if err != nil {
+		return err
+	}
+	for _, c := range caps {
+		if err := ensureObjectStore(ctx, js, o, CapabilityObjectStore(o, c)); err != nil {
 			return err
 		}
 	}

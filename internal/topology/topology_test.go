@@ -120,3 +120,46 @@ func TestEnsureKeepsAnEarlierWorkQueue(t *testing.T) {
 		}
 	}
 }
+
+// A capability's object store is AX_OBJECTS's configuration under its own
+// name, with leader reads; Ensure keeps every existing one in step with the
+// options (here a new TTL), and Check does not ask for any.
+func TestCapabilityObjectStores(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 20*time.Second)
+	o := topology.Options{TaskHistoryMaxAge: time.Hour}
+	if err := topology.Ensure(ctx, js, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := topology.Check(ctx, js); err != nil {
+		t.Fatalf("Check without capability stores: %v", err)
+	}
+	for range 2 { // idempotent
+		for _, c := range []string{"email", "pdf-render_2"} {
+			if err := topology.EnsureCapabilityObjects(ctx, js, topology.Options{TaskHistoryMaxAge: time.Hour}, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(ttl time.Duration) {
+		t.Helper()
+		for _, c := range []string{"email", "pdf-render_2"} {
+			s, err := js.Stream(ctx, "OBJ_"+subject.ObjectBucket(c))
+			if err != nil {
+				t.Fatalf("store of %s: %v", c, err)
+			}
+			cfg := s.CachedInfo().Config
+			if cfg.MaxAge != ttl || cfg.AllowDirect || cfg.Replicas != 1 || cfg.Storage != jetstream.FileStorage || !cfg.AllowRollup {
+				t.Fatalf("store of %s: max age %s, direct %v, replicas %d, storage %v, rollup %v; want %s, leader reads, 1 file replica",
+					c, cfg.MaxAge, cfg.AllowDirect, cfg.Replicas, cfg.Storage, cfg.AllowRollup, ttl)
+			}
+		}
+	}
+	check(time.Hour)
+	if err := topology.Ensure(ctx, js, topology.Options{TaskHistoryMaxAge: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	check(2 * time.Hour)
+}

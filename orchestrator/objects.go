@@ -1,0 +1,133 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/ax-run/ax/internal/object"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/task"
+)
+
+// Plans and large results live in the object store of their task's
+// capability, AX_OBJECTS_<capability>, which only that capability's
+// executors may write (deploy/security). The orchestrator, the one owner of
+// the topology, creates a capability's store before that capability's first
+// dispatch (ensureObjects), and takes from a report only the objects of
+// its own attempt, in its capability's store, with their digests
+// (checkObjects): readers check every object against the digest recorded.
+
+// maxObjectBuckets bounds the capabilities whose object store an
+// orchestrator remembers having ensured. A capability dropped from the
+// set costs one create-or-update at its next dispatch.
+const maxObjectBuckets = 4096
+
+// objectBucketRecheck is how long a capability's object store is taken to
+// exist after it was ensured: a store removed by hand is created again at
+// the capability's first dispatch after it (until then, attempts that
+// store an object fail, and are retried).
+const objectBucketRecheck = 10 * time.Minute
+
+// objectBuckets remembers the capabilities whose object store exists (and
+// when it was ensured), so a dispatch of a known capability costs no
+// request.
+type objectBuckets struct {
+	mu    sync.Mutex
+	known *lru.LRU[string, time.Time]
+	// ensuring collapses concurrent first dispatches of one capability
+	// into one create-or-update.
+	ensuring singleflight.Group
+}
+
+func newObjectBuckets() *objectBuckets {
+	known, _ := lru.NewLRU[string, time.Time](maxObjectBuckets, nil) // only fails for a size ≤ 0
+	return &objectBuckets{known: known}
+}
+
+func (b *objectBuckets) has(capability string, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.known.Get(capability)
+	return ok && now.Sub(at) < objectBucketRecheck
+}
+
+func (b *objectBuckets) add(capability string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.known.Add(capability, now)
+}
+
+// ensureObjects makes sure the object store of capability exists before a
+// task of it is dispatched: a lookup once this orchestrator created or
+// updated it (for objectBucketRecheck), a create-or-update (a few
+// requests) the first time.
+func (o *Orchestrator) ensureObjects(ctx context.Context, capability string) error {
+	if o.buckets.has(capability, o.now()) {
+		return nil
+	}
+	_, err, _ := o.buckets.ensuring.Do(capability, func() (any, error) {
+		if o.buckets.has(capability, o.now()) {
+			return nil, nil
+		}
+		if err := topology.EnsureCapabilityObjects(ctx, o.js, o.cfg.Topology, capability); err != nil {
+			return nil, fmt.Errorf("create the object store of capability %s: %w", capability, err)
+		}
+		o.buckets.add(capability, o.now())
+		return nil, nil
+	})
+	return err
+}
+
+// checkObjects refuses a succeeded report whose objects are not its
+// attempt's: it becomes a permanent failure saying why, as an inline result
+// over the limit does. Each object must have the name this attempt writes
+// (task.ResultObjectName, task.PlanObject of the task and the execution),
+// so a report cannot point at another task's object, and be in the object
+// store of the task's capability with a digest, or in the legacy
+// AX_OBJECTS without a store named (an executor from before per-capability
+// stores).
+func (o *Orchestrator) checkObjects(t task.Task, r task.Report) task.Report {
+	if r.Status != task.OutcomeSucceeded {
+		return r
+	}
+	why := ""
+	if r.ResultObject != "" {
+		why = objectRefProblem("result object", r.ResultObject, task.ResultObjectName(t.ID, r.ExecutionID), r.ResultBucket, r.ResultDigest, t.Capability)
+	}
+	if why == "" && r.Plan != nil {
+		why = objectRefProblem("plan", r.Plan.Object, task.PlanObject(t.ID, r.ExecutionID), r.Plan.Bucket, r.Plan.Digest, t.Capability)
+	}
+	if why == "" {
+		return r
+	}
+	o.log.Warn("refusing a report whose objects are not its attempt's", slog.String("task_id", t.ID),
+		slog.String("execution_id", r.ExecutionID), slog.String("executor", r.Executor), slog.String("reason", why))
+	r.Status, r.Permanent, r.Error = task.OutcomeFailed, true, why
+	r.Result, r.ResultObject, r.ResultBucket, r.ResultDigest, r.Plan = nil, "", "", "", nil
+	return r
+}
+
+// objectRefProblem says what is wrong with one object a report names (""
+// when nothing is).
+func objectRefProblem(what, name, want, bucket, digest, capability string) string {
+	switch own := subject.ObjectBucket(capability); {
+	case name != want:
+		return fmt.Sprintf("the report's %s %q is not this attempt's (%s)", what, name, want)
+	case bucket == "" && digest != "" && !object.ValidDigest(digest):
+		return fmt.Sprintf("the report's %s %s has an invalid digest %q", what, name, digest)
+	case bucket == "":
+		return "" // in the legacy AX_OBJECTS
+	case bucket != own:
+		return fmt.Sprintf("the report's %s %s is in %s, not in %s (the object store of the task's capability)", what, name, bucket, own)
+	case !object.ValidDigest(digest):
+		return fmt.Sprintf("the report's %s %s has no valid digest (%q)", what, name, digest)
+	}
+	return ""
+}
