@@ -1,8 +1,6 @@
 package orchestrator_test
 
 import (
-	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -85,52 +83,14 @@ func TestCommandReplyOnlyToAnInbox(t *testing.T) {
 // the types they serve, so this keeps an executor to its own tasks.
 func TestReportBoundToItsSubjectsType(t *testing.T) {
 	t.Parallel()
-	release := make(chan struct{})
-	srv, ex, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
-	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
-		select {
-		case <-release:
-			return "real", nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	})
-	nc := testenv.Conn(t, srv.URL())
-	js, _ := jetstream.New(nc)
+	js, c, running, release := heldVictim(t, orchestrator.Config{})
+	// Even with the execution's token (see token_test.go for a forger
+	// without it), the type decides.
+	tok := testenv.Token(t, c.Conn(), "victim", running.ExecutionID)
+	forgeReport(t, js, running, subject.Completed("other"), "held", tok) // the subject of a type the forger may report
+	forgeReport(t, js, running, subject.Completed("other"), "other", tok)
+	settle(t, c, "marker")
 	ctx := testenv.Context(t, 30*time.Second)
-	if _, err := c.Submit(ctx, newSpec("victim", "held")); err != nil {
-		t.Fatal(err)
-	}
-	var running *task.Task
-	testenv.Eventually(t, 30*time.Second, "victim running", func() bool {
-		got, err := c.Get(ctx, "victim")
-		running = got
-		return err == nil && got.State == task.Running
-	})
-	forge := func(subj, typ string) {
-		t.Helper()
-		r := task.Report{ID: "victim", Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
-			Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
-			Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`),
-			// Even with the execution's token (see token_test.go for a
-			// forger without it), the type decides.
-			Token: testenv.Token(t, c.Conn(), "victim", running.ExecutionID)}
-		data, _ := json.Marshal(r)
-		if _, err := js.Publish(ctx, subj, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	forge(subject.Completed("other"), "held") // the subject of a type the forger may report
-	forge(subject.Completed("other"), "other")
-	// A task run after the forged reports were stored: by its end they were
-	// most likely handled; if one were applied later, the victim's result
-	// below would be the forged one.
-	if _, err := c.Submit(ctx, newSpec("marker", "ok")); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := c.Wait(ctx, "marker"); err != nil || got.State != task.Succeeded {
-		t.Fatalf("marker: %+v %v", got, err)
-	}
 	if got, err := c.Get(ctx, "victim"); err != nil || got.State != task.Running {
 		t.Fatalf("victim after forged reports: %+v %v; want still running", got, err)
 	}

@@ -46,14 +46,14 @@ func heldVictim(t *testing.T, cfg orchestrator.Config) (jetstream.JetStream, *sd
 }
 
 // forgeReport publishes a "succeeded" report of the victim's execution
-// with a token, on the subject its type's executors may publish.
-func forgeReport(t *testing.T, js jetstream.JetStream, running *task.Task, token string) {
+// naming a type, with a token, on a subject.
+func forgeReport(t *testing.T, js jetstream.JetStream, running *task.Task, subj, typ, token string) {
 	t.Helper()
-	r := task.Report{ID: running.ID, Type: running.Type, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
+	r := task.Report{ID: running.ID, Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
 		Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
 		Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`), Token: token}
 	data, _ := json.Marshal(r)
-	if _, err := js.Publish(context.Background(), subject.Completed(running.Type), data); err != nil {
+	if _, err := js.Publish(context.Background(), subj, data); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -82,7 +82,7 @@ func TestReportNeedsItsExecutionsToken(t *testing.T) {
 	nc := c.Conn()
 	for _, tok := range []string{"", testenv.Token(t, nc, running.ID, "another-execution"),
 		testenv.Token(t, nc, "another-task", running.ExecutionID), "AAAAAAAAAAAAAAAAAAAAAA", "not a token"} {
-		forgeReport(t, js, running, tok)
+		forgeReport(t, js, running, subject.Completed(running.Type), running.Type, tok)
 	}
 	settle(t, c, "marker")
 	ctx := testenv.Context(t, 30*time.Second)
@@ -102,13 +102,13 @@ func TestAcceptTokenless(t *testing.T) {
 	t.Parallel()
 	js, c, running, release := heldVictim(t, orchestrator.Config{AcceptTokenless: true})
 	defer close(release)
-	forgeReport(t, js, running, "AAAAAAAAAAAAAAAAAAAAAA")
+	forgeReport(t, js, running, subject.Completed(running.Type), running.Type, "AAAAAAAAAAAAAAAAAAAAAA")
 	settle(t, c, "marker")
 	ctx := testenv.Context(t, 30*time.Second)
 	if got, err := c.Get(ctx, "victim"); err != nil || got.State != task.Running {
 		t.Fatalf("victim after a report with a wrong token: %+v %v; want still running", got, err)
 	}
-	forgeReport(t, js, running, "")
+	forgeReport(t, js, running, subject.Completed(running.Type), running.Type, "")
 	got, err := c.Wait(ctx, "victim")
 	if err != nil || got.State != task.Succeeded || string(got.Result) != `"forged"` {
 		t.Fatalf("victim: %+v %v; want the tokenless report applied", got, err)
