@@ -71,12 +71,21 @@ func buildNATSServer(t *testing.T, dir string) string {
 // freePort returns a TCP port free on 127.0.0.1 right now.
 func freePort(t *testing.T) int {
 	t.Helper()
+	ln := heldPort(t)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// heldPort listens on a free port of 127.0.0.1: the port stays taken until
+// the listener is closed, so listeners opened meanwhile on port 0 (the
+// proxies) cannot be given it.
+func heldPort(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ln
 }
 
 // startNATSCluster writes the configurations of n nodes and starts them,
@@ -85,13 +94,22 @@ func startNATSCluster(t *testing.T, c *cluster, n int, syncAlways bool) *natsClu
 	t.Helper()
 	nc := &natsCluster{c: c, bin: buildNATSServer(t, c.dir)}
 	nc.advertise = "127.0.0.1:" + strconv.Itoa(refusingPort(t))
+	// The nodes' ports are held until the proxies have theirs: a proxy
+	// given a node's cluster port (released, then handed out again) made
+	// that node fail to start ("address already in use").
+	var held []net.Listener
+	port := func() int {
+		ln := heldPort(t)
+		held = append(held, ln)
+		return ln.Addr().(*net.TCPAddr).Port
+	}
 	for i := range n {
 		name := "n" + strconv.Itoa(i+1)
 		nc.nodes = append(nc.nodes, &natsNode{
 			name:        name,
-			clientPort:  freePort(t),
-			clusterPort: freePort(t),
-			httpPort:    freePort(t),
+			clientPort:  port(),
+			clusterPort: port(),
+			httpPort:    port(),
 			store:       filepath.Join(c.dir, name+"-store"),
 			conf:        filepath.Join(c.dir, name+".conf"),
 		})
@@ -110,6 +128,9 @@ func startNATSCluster(t *testing.T, c *cluster, n int, syncAlways bool) *natsClu
 			t.Cleanup(func() { p.Close() })
 			nc.links[i][j] = p
 		}
+	}
+	for _, ln := range held {
+		ln.Close()
 	}
 	for i, node := range nc.nodes {
 		var routes []string
