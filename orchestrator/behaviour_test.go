@@ -354,3 +354,32 @@ func TestLateResultOfSupersededAttemptIgnored(t *testing.T) {
 		t.Fatalf("late results changed the task: %d events (was %d), %+v", len(h), before, final)
 	}
 }
+
+// TestCancelRightAfterSubmit: a cancel sent as soon as the submission is
+// acknowledged, while the intake still works through a backlog in front of
+// it, cancels the task rather than answering "not found"; a cancel of an id
+// never submitted is still answered "not found".
+func TestCancelRightAfterSubmit(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	backlog := make([]task.Spec, 1000)
+	for i := range backlog {
+		backlog[i] = newSpec(fmt.Sprintf("ahead-%d", i), "nobody-runs-this")
+	}
+	if _, err := c.SubmitMany(ctx, backlog); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, newSpec("late", "nobody-runs-this")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Cancel(ctx, "late", "changed my mind")
+	if err != nil || got.State != task.Cancelled {
+		t.Fatalf("cancel right after submit: %+v, %v", got, err)
+	}
+	if _, err := c.Cancel(ctx, "never-submitted", ""); err == nil || !strings.Contains(err.Error(), "not found") {
+		t.Fatalf("cancel of an id never submitted: %v", err)
+	}
+}

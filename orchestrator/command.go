@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -43,6 +44,13 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		err = o.pause(ctx, id, kind == subject.CommandPause, req)
 	case kind == subject.CommandCancel:
 		t, err = o.cancel(ctx, id, req.Reason, req.By)
+		if errors.Is(err, errNotFound) {
+			// Perhaps submitted just before and still queued: look again
+			// once every submission sent before this command is in.
+			if err = o.awaitIntake(ctx, commandSent(msg)); err == nil {
+				t, err = o.cancel(ctx, id, req.Reason, req.By)
+			}
+		}
 	case kind == subject.CommandRedrive:
 		t, err = o.redrive(ctx, id, req)
 	default:
@@ -122,9 +130,21 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 		return o.finished(t, task.Cancelled), reason, nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return t, fmt.Errorf("%w: task %s not found", errCommand, id)
+		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
 	}
 	return t, err
+}
+
+// errNotFound: a command names a task that has no record.
+var errNotFound = errors.New("not found")
+
+// commandSent is when the command was stored (now if the metadata is
+// unreadable, which only makes the intake check stricter).
+func commandSent(msg jetstream.Msg) time.Time {
+	if md, err := msg.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return time.Now()
 }
 
 // redrive starts a fresh attempt series for a failed task and removes its

@@ -378,7 +378,9 @@ func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 }
 
 // Cancel asks the orchestrator to cancel a task and waits for its answer.
-// A running task's handler has its context cancelled.
+// A running task's handler has its context cancelled. A task submitted just
+// before, still queued for intake, is cancelled once taken in: "not found"
+// means no submission sent before the cancel carries that id.
 func (c *Client) Cancel(ctx context.Context, id, reason string) (*task.Task, error) {
 	return c.command(ctx, subject.CommandCancel, id, reason)
 }
