@@ -209,6 +209,12 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	msg, span := o.startDispatch(ctx, t, data)
 	defer span.End()
 	if _, err := o.js.PublishMsg(ctx, msg, jetstream.WithMsgID(t.ExecutionID)); err != nil {
+		switch {
+		case readyFull(err):
+			return o.parkFull(ctx, t, rev, err)
+		case readyGone(err):
+			o.restoreReady(ctx)
+		}
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
 	if err := o.sweeps.add(ctx, t); err != nil {

@@ -62,6 +62,9 @@ type Orchestrator struct {
 	sweeps *sweepBatcher
 	// levels remembers ready levels recently found holding dispatches.
 	levels busyLevels
+	// parked remembers the levels and types of tasks held for want of
+	// room in AX_READY (readyroom.go).
+	parked parked
 	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
 	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied
@@ -281,6 +284,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	if o.ready, err = o.js.Stream(ctx, subject.StreamReady); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamReady, err)
+	}
+	if o.cfg.Topology.ReadyInMemory && o.ready.CachedInfo().Config.Storage != jetstream.MemoryStorage {
+		o.log.Warn("AX_READY stays on disk: JetStream cannot change a stream's storage; remove it (nats stream rm AX_READY) and it is created again in memory, the reconciler dispatching again what it held")
 	}
 	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamLeases, err)

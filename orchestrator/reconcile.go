@@ -89,6 +89,14 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		// counted as a repair.
 		return o.ensureEffects(ctx, t, rev)
 	}
+	if strings.HasPrefix(t.Reason, parkedPrefix) {
+		// Parked for want of room in AX_READY: try again (parked again,
+		// with a new watch, if there is still none).
+		if err := o.unhold(ctx, heldMarker{ID: t.ID}); err != nil {
+			return err
+		}
+		return o.armWatch(ctx, t)
+	}
 	if strings.HasPrefix(t.Reason, "held:") {
 		return o.armWatch(ctx, t) // a pause or breaker holds it; its gate releases it
 	}

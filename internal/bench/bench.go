@@ -49,6 +49,8 @@ type Config struct {
 	SyncAlways bool
 	// Cluster runs three embedded servers in a cluster and R3 streams.
 	Cluster bool
+	// ReadyInMemory keeps AX_READY in memory (orchestrator.TopologyOptions).
+	ReadyInMemory bool
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
 	// phase; their lateness (handler start − run_at) is measured.
 	Delayed int
@@ -294,11 +296,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer stop()
 	var rec atomicRecorder
-	replicas := 1
+	topo := orchestrator.TopologyOptions{Replicas: 1, ReadyInMemory: cfg.ReadyInMemory}
 	if cfg.Cluster {
-		replicas = 3
+		topo.Replicas = 3
 	}
-	st, err := startStack(ctx, url, cfg.NATSOptions, replicas, cfg.Capacity, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, url, cfg.NATSOptions, topo, cfg.Capacity, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
 			var p payload
 			if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
@@ -378,7 +380,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	if cfg.Bare > 0 {
-		b, err := bare(ctx, js, cfg.Bare, replicas)
+		b, err := bare(ctx, js, cfg.Bare, topo.Replicas)
 		if err != nil {
 			return res, err
 		}
@@ -621,13 +623,13 @@ type stack struct {
 
 // startStack starts an orchestrator and an executor whose handlers
 // register installs.
-func startStack(ctx context.Context, url string, opts []nats.Option, replicas int, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
+func startStack(ctx context.Context, url string, opts []nats.Option, topo orchestrator.TopologyOptions, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
 	st := &stack{url: url, opts: opts}
 	onc, err := st.connect()
 	if err != nil {
 		return st, err
 	}
-	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: slog.New(zerolog.NewSlogHandler(log)), Topology: orchestrator.TopologyOptions{Replicas: replicas}}); err == nil {
+	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: slog.New(zerolog.NewSlogHandler(log)), Topology: topo}); err == nil {
 		err = st.orch.Start(ctx)
 	}
 	if err != nil {

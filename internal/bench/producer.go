@@ -14,6 +14,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/mirror"
+	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/outbox"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -85,7 +86,7 @@ func Producer(ctx context.Context, cfg ProducerConfig) (ProducerResult, error) {
 		return res, err
 	}
 	defer stop()
-	st, err := startStack(ctx, url, cfg.NATSOptions, 1, 512, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, url, cfg.NATSOptions, orchestrator.TopologyOptions{Replicas: 1}, 512, log, func(ex *executor.Executor) {
 		ex.HandleFunc(TypeBench, func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	})
 	if err != nil {

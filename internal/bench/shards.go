@@ -10,6 +10,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -81,7 +82,7 @@ func shardsRun(ctx context.Context, cfg ShardsConfig, n int) (ShardsRun, error) 
 		return res, err
 	}
 	defer srv.Stop()
-	st, err := startStack(ctx, srv.URL(), nil, 1, cfg.Capacity, log, func(ex *executor.Executor) {
+	st, err := startStack(ctx, srv.URL(), nil, orchestrator.TopologyOptions{Replicas: 1}, cfg.Capacity, log, func(ex *executor.Executor) {
 		ex.HandleShards(TypeShards, executor.Sharded{
 			Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
 				shards := make([]executor.Shard, n)

@@ -139,6 +139,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of the steady phase")
 	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
+	f.BoolVar(&cfg.ReadyInMemory, "ready-in-memory", false, "keep AX_READY (the dispatches) in memory, as `ax orchestrator --ready-in-memory`")
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")

@@ -76,7 +76,11 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, done Trimm
 	if err != nil {
 		return fmt.Errorf("trim: %w", err)
 	}
+	last := st.CachedInfo().State.LastSeq
 	for f, floor := range floors(cs) {
+		if done[f] > last+1 {
+			delete(done, f) // the stream was created again: sequences restarted
+		}
 		if floor == 0 || done[f] > floor {
 			continue
 		}

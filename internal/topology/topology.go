@@ -11,6 +11,7 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,61 @@ type Options struct {
 	// TTL of the object stores (AX_OBJECTS and each capability's
 	// AX_OBJECTS_<capability>: plans and large results). Default 0: forever.
 	TaskHistoryMaxAge time.Duration
+	// ReadyInMemory keeps AX_READY, the dispatches, in memory instead of
+	// on disk. A dispatch is derived state: the task record says the task
+	// is ready, and the reconciler dispatches again a ready task whose
+	// dispatch is gone (a server restart empties a memory stream; on a
+	// cluster only a restart of every replica does). It takes one stored
+	// message per task off the disk: with fsync on every write, one fsync.
+	// It applies when AX_READY is created: JetStream cannot change the
+	// storage of a stream (see Ensure).
+	ReadyInMemory bool
+	// ReadyMaxBytes bounds AX_READY's memory with ReadyInMemory. Default
+	// DefaultReadyMaxBytes.
+	ReadyMaxBytes int64
+	// ReadyMaxPerLevel bounds the dispatches stored for one capability and
+	// priority with ReadyInMemory, so a capability nobody serves cannot
+	// take every other one's room. Default DefaultReadyMaxPerLevel.
+	ReadyMaxPerLevel int64
+}
+
+// Bounds of an in-memory AX_READY (Options.ReadyInMemory). A dispatch
+// beyond them is refused by the server and its task held until there is
+// room (the orchestrator's parkFull).
+const (
+	DefaultReadyMaxBytes    = 256 << 20
+	DefaultReadyMaxPerLevel = 10_000
+)
+
+// duplicateWindow is the de-duplication window of the queue streams.
+func duplicateWindow(o Options) time.Duration {
+	if o.DuplicateWindow <= 0 {
+		return 2 * time.Minute
+	}
+	return o.DuplicateWindow
+}
+
+// readyConfig is AX_READY's configuration: on disk, or in memory with a
+// bound per level and in bytes (a dispatch beyond either is refused, not
+// an older one dropped).
+func readyConfig(o Options, r int, dup time.Duration) jetstream.StreamConfig {
+	cfg := jetstream.StreamConfig{
+		Name:        subject.StreamReady,
+		Description: "AX ready tasks per capability and priority, consumed by executors",
+		Subjects:    []string{subject.ReadyAll},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    r,
+		Duplicates:  dup,
+	}
+	if o.ReadyInMemory {
+		cfg.Storage = jetstream.MemoryStorage
+		cfg.MaxBytes = cmp.Or(o.ReadyMaxBytes, DefaultReadyMaxBytes)
+		cfg.MaxMsgsPerSubject = cmp.Or(o.ReadyMaxPerLevel, DefaultReadyMaxPerLevel)
+		cfg.Discard = jetstream.DiscardNew
+		cfg.DiscardNewPerSubject = true
+	}
+	return cfg
 }
 
 // Streams returns the configuration of every stream AX uses.
@@ -48,10 +104,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 	if r <= 0 {
 		r = 1
 	}
-	dup := o.DuplicateWindow
-	if dup <= 0 {
-		dup = 2 * time.Minute
-	}
+	dup := duplicateWindow(o)
 	return []jetstream.StreamConfig{
 		{
 			Name:        subject.StreamSubmit,
@@ -63,15 +116,7 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Duplicates:  dup,
 			MaxMsgSize:  2 << 20,
 		},
-		{
-			Name:        subject.StreamReady,
-			Description: "AX ready tasks per capability and priority, consumed by executors",
-			Subjects:    []string{subject.ReadyAll},
-			Retention:   jetstream.LimitsPolicy,
-			Storage:     jetstream.FileStorage,
-			Replicas:    r,
-			Duplicates:  dup,
-		},
+		readyConfig(o, r, dup),
 		{
 			Name:        subject.StreamCompleted,
 			Description: "AX attempt outcomes reported by executors",
@@ -321,6 +366,9 @@ var ErrFewerReplicas = errors.New("refusing to lower the replica count")
 // o.AllowFewerReplicas (see ErrFewerReplicas).
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
+		if cfg.Name == subject.StreamReady {
+			continue // ensureReady, below
+		}
 		r, err := replicas(ctx, js, cfg.Name, o)
 		if err != nil {
 			return err
@@ -340,6 +388,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 		}
+	}
+	if err := ensureReady(ctx, js, o); err != nil {
+		return err
 	}
 	for _, cfg := range Buckets(o) {
 		r, err := replicas(ctx, js, "KV_"+cfg.Bucket, o)
@@ -393,6 +444,37 @@ func replicas(ctx context.Context, js jetstream.JetStream, stream string, o Opti
 			stream, have, o.Replicas, ErrFewerReplicas, o.Replicas)
 	}
 	return o.Replicas, nil
+}
+
+// ensureReady creates AX_READY or updates it, keeping the storage it has
+// (JetStream cannot change it): a stream created on disk stays there, its
+// bounds then unset, until it is removed (EnsureReady recreates it, and the
+// reconciler dispatches again what it held).
+func ensureReady(ctx context.Context, js jetstream.JetStream, o Options) error {
+	r, err := replicas(ctx, js, subject.StreamReady, o)
+	if err != nil {
+		return err
+	}
+	cfg := readyConfig(o, r, duplicateWindow(o))
+	if err := keepRetention(ctx, js, &cfg); err != nil {
+		return err
+	}
+	if s, err := js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Storage != cfg.Storage {
+		have := s.CachedInfo().Config
+		cfg.Storage, cfg.MaxBytes, cfg.MaxMsgsPerSubject = have.Storage, have.MaxBytes, have.MaxMsgsPerSubject
+		cfg.Discard, cfg.DiscardNewPerSubject = have.Discard, have.DiscardNewPerSubject
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
+	}
+	return nil
+}
+
+// EnsureReady creates AX_READY if it is missing: an in-memory one is gone
+// after its server restarts (every replica, on a cluster). The orchestrator
+// calls it when it finds the stream gone.
+func EnsureReady(ctx context.Context, js jetstream.JetStream, o Options) error {
+	return ensureReady(ctx, js, o)
 }
 
 // keepRetention keeps an existing stream's retention: JetStream cannot

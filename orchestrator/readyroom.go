@@ -1,0 +1,196 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/queue"
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/task"
+)
+
+// An in-memory AX_READY (TopologyOptions.ReadyInMemory) is bounded per
+// level and in bytes, and the server refuses a dispatch beyond the bounds.
+// Such a task is parked: held like a task whose gate is closed (waiting,
+// a marker on ax.held.<type>.<id>, its watch armed), with a reason saying
+// which level was full. Once a second the orchestrator looks at the levels
+// it parked tasks of and releases, per level with room, as many of their
+// types' markers as there is room for; each released task is dispatched
+// again through the usual compare-and-set path (and parked again if the
+// room went meanwhile). The watch releases a parked task the hint missed
+// (an orchestrator restarted).
+
+// parkedPrefix starts the reason of a parked task.
+const parkedPrefix = "held: no room for its dispatch in "
+
+// maxParkedHints bounds the levels and types the orchestrator remembers
+// having parked tasks of; beyond, the watches release them.
+const maxParkedHints = 10_000
+
+// parked remembers, per ready level, the types of the tasks parked there.
+type parked struct {
+	mu     sync.Mutex
+	levels map[string]map[string]bool // level subject → type → true
+	n      int
+	told   time.Time
+}
+
+func (p *parked) add(level, taskType string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.levels == nil || p.n >= maxParkedHints {
+		p.levels, p.n = map[string]map[string]bool{}, 0
+	}
+	if p.levels[level] == nil {
+		p.levels[level] = map[string]bool{}
+	}
+	if !p.levels[level][taskType] {
+		p.levels[level][taskType] = true
+		p.n++
+	}
+}
+
+// take removes and returns the types parked on level.
+func (p *parked) take(level string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for typ := range p.levels[level] {
+		out = append(out, typ)
+	}
+	p.n -= len(out)
+	delete(p.levels, level)
+	return out
+}
+
+func (p *parked) snapshot() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.levels))
+	for l := range p.levels {
+		out = append(out, l)
+	}
+	return out
+}
+
+// readyFull reports whether a dispatch was refused for want of room: a
+// bound of AX_READY (per level, in bytes) or the server's memory.
+func readyFull(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10023: // JSInsufficientResourcesErr: the server's memory
+		return true
+	case 10077: // JSStreamStoreFailedF: "maximum … exceeded"
+		return strings.Contains(apiErr.Description, "maximum")
+	}
+	return false
+}
+
+// readyGone reports whether a dispatch found no AX_READY to store it.
+func readyGone(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// parkFull holds a ready task whose dispatch found its level full.
+func (o *Orchestrator) parkFull(ctx context.Context, t task.Task, rev uint64, cause error) error {
+	level := subject.Ready(t.Capability, t.PriorityLevel())
+	data, _ := json.Marshal(heldMarker{ID: t.ID})
+	if _, err := o.js.Publish(ctx, subject.Held(t.Type, t.ID), data); err != nil {
+		return fmt.Errorf("park %s: %w", t.ID, err)
+	}
+	o.parked.add(level, t.Type)
+	next := t
+	next.State = task.Waiting
+	next.ExecutionID = ""
+	next.ReadyAt = nil
+	reason := parkedPrefix + level + " (" + cause.Error() + ")"
+	if _, err := o.write(ctx, t, rev, &next, reason); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil // moved on: whoever moved it owns it
+		}
+		return fmt.Errorf("park %s: %w", t.ID, err)
+	}
+	o.metrics.DispatchHeld()
+	o.noteParked(level, cause)
+	return o.armWatch(ctx, next)
+}
+
+// noteParked logs, at most once a minute, that dispatches are being parked.
+func (o *Orchestrator) noteParked(level string, cause error) {
+	o.parked.mu.Lock()
+	tell := time.Since(o.parked.told) > time.Minute
+	if tell {
+		o.parked.told = time.Now()
+	}
+	o.parked.mu.Unlock()
+	if tell {
+		o.log.Warn("AX_READY has no room: tasks are held until their level has room (raise --ready-max-per-level / --ready-max-bytes, or add executors)",
+			slog.String("level", level), slog.Any("error", cause))
+	}
+}
+
+// releaseParked releases, for each level parked tasks wait on that now has
+// room, up to that room of its types' held tasks.
+func (o *Orchestrator) releaseParked(ctx context.Context) {
+	perLevel := int(o.cfg.Topology.ReadyMaxPerLevel)
+	if perLevel <= 0 {
+		perLevel = topology.DefaultReadyMaxPerLevel
+	}
+	for _, level := range o.parked.snapshot() {
+		capability, prio, ok := subject.ReadyParts(level)
+		if !ok {
+			o.parked.take(level)
+			continue
+		}
+		n, err := queue.Pending(ctx, o.ready, subject.ReadyConsumer(capability, prio), level)
+		if err != nil || int(n) > perLevel/2 {
+			continue
+		}
+		room := perLevel - int(n)
+		for _, typ := range o.parked.take(level) {
+			if room <= 0 {
+				o.parked.add(level, typ)
+				continue
+			}
+			released, err := o.release(ctx, subject.HeldType(typ), room)
+			if err != nil {
+				o.parked.add(level, typ) // look again at the next tick
+				o.log.Warn("cannot release parked tasks yet", slog.Any("error", err), slog.String("type", typ))
+				continue
+			}
+			if released >= room {
+				o.parked.add(level, typ) // more may wait: look again at the next tick
+			}
+			room -= released
+		}
+	}
+}
+
+// restoreReady recreates AX_READY when it is gone (an in-memory one after
+// its server restarted). The reconciler dispatches again the ready tasks
+// whose dispatches it held.
+func (o *Orchestrator) restoreReady(ctx context.Context) {
+	if _, err := o.js.Stream(ctx, subject.StreamReady); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if err := topology.EnsureReady(ctx, o.js, o.cfg.Topology); err != nil {
+		o.log.Warn("AX_READY is gone and cannot be created yet; retrying", slog.Any("error", err))
+		return
+	}
+	o.log.Warn("AX_READY was gone (an in-memory stream after a server restart?) and is created again; the reconciler dispatches again the tasks whose dispatches it held")
+}
