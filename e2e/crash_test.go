@@ -95,16 +95,26 @@ func TestOrchestratorKill9(t *testing.T) {
 // SIGKILL can lose is consumer state, which is flushed asynchronously:
 // deliveries and acks of the last ~100ms are forgotten, so those messages
 // come back, as if never delivered. AX must absorb that.
-func TestServerRestart(t *testing.T) {
+func TestServerRestart(t *testing.T) { serverRestart(t, nil) }
+
+// TestServerRestartReadyInMemory is TestServerRestart with AX_READY in
+// memory: each restart empties it, the orchestrator creates it again, and
+// the reconciler (looking within seconds here) dispatches again every ready
+// task whose dispatch was lost.
+func TestServerRestartReadyInMemory(t *testing.T) {
+	serverRestart(t, []string{"--ready-in-memory"}, "--ready-in-memory", "--reconcile-interval", "2s", "--run-grace", "5s")
+}
+
+func serverRestart(t *testing.T, topologyArgs []string, orchestratorArgs ...string) {
 	c := newCluster(t)
-	c.startServer()
+	c.startServer(topologyArgs...)
 	rng := newRand(t)
 	nc, cl := c.connect()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.startOrchestrator("orch-1", noBreakers...)
+	c.startOrchestrator("orch-1", append(slices.Clone(noBreakers), orchestratorArgs...)...)
 	c.startWorker("worker-1", "--ack-wait", "3s", "--capacity", "8", "--capabilities", "default,w1")
 	c.startWorker("worker-2", "--ack-wait", "3s", "--capacity", "8", "--capabilities", "default,alt")
 	warmUp(t, cl, "w1", "alt")
@@ -141,6 +151,10 @@ func TestServerRestart(t *testing.T) {
 
 	waitAllTerminal(t, js, w, allTerminalTimeoutRestart)
 	checkWorkload(t, cl, js, w)
+	if slices.Contains(orchestratorArgs, "--ready-in-memory") {
+		// The restarts did empty it: the orchestrator created it again.
+		waitLog(t, c, "orch-1", "AX_READY was gone")
+	}
 }
 
 // TestExecutorKill9 kills a worker in the middle of a task: another worker

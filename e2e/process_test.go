@@ -222,8 +222,9 @@ func (p *proc) signal(sig syscall.Signal, wait time.Duration) {
 }
 
 // startServer starts `ax server` on a free port with its store in the
-// cluster's directory and waits for it to print its URL.
-func (c *cluster) startServer() {
+// cluster's directory and waits for it to print its URL, then creates AX's
+// topology (ax topology with topologyArgs).
+func (c *cluster) startServer(topologyArgs ...string) {
 	c.t.Helper()
 	store := filepath.Join(c.dir, "store")
 	c.server = c.newProc("server", "server", "--store", store, "--port", "0", "--log-level", "warn")
@@ -240,7 +241,7 @@ func (c *cluster) startServer() {
 	c.server.args = []string{"server", "--store", store, "--port", strconv.Itoa(c.port), "--log-level", "warn"}
 	// The operator's step: create AX's streams, so clients (which only bind)
 	// may connect before an orchestrator runs.
-	if out, err := exec.Command(axBin, "topology", "--nats", c.url).CombinedOutput(); err != nil {
+	if out, err := exec.Command(axBin, append([]string{"topology", "--nats", c.url}, topologyArgs...)...).CombinedOutput(); err != nil {
 		c.t.Fatalf("ax topology: %v\n%s", err, out)
 	}
 }

@@ -102,23 +102,28 @@ type Phase struct {
 	// during the phase (from the streams' last sequences); StoredBytes is
 	// AX_TASKS's growth in bytes per task.
 	StoredPerTask map[string]float64 `json:"stored_per_task"`
-	TaskBytes     float64            `json:"task_bytes_per_task"`
+	// InMemory names the streams of StoredPerTask kept in memory: what
+	// they store costs no disk write (and no fsync).
+	InMemory  map[string]bool `json:"in_memory,omitempty"`
+	TaskBytes float64         `json:"task_bytes_per_task"`
 }
 
 // streamMarks is every AX stream's last sequence, and AX_TASKS's bytes.
 type streamMarks struct {
-	last  map[string]uint64
-	bytes uint64
+	last   map[string]uint64
+	memory map[string]bool // streams kept in memory
+	bytes  uint64
 }
 
 func marks(ctx context.Context, js jetstream.JetStream) (streamMarks, error) {
-	m := streamMarks{last: map[string]uint64{}}
+	m := streamMarks{last: map[string]uint64{}, memory: map[string]bool{}}
 	lister := js.ListStreams(ctx)
 	for info := range lister.Info() {
 		if !strings.HasPrefix(info.Config.Name, "AX_") {
 			continue
 		}
 		m.last[info.Config.Name] = info.State.LastSeq
+		m.memory[info.Config.Name] = info.Config.Storage == jetstream.MemoryStorage
 		if info.Config.Name == subject.StreamTasks {
 			m.bytes = info.State.Bytes
 		}
@@ -139,6 +144,12 @@ func (p *Phase) stored(ctx context.Context, js jetstream.JetStream, before strea
 	for name, seq := range after.last {
 		if n := seq - before.last[name]; n > 0 {
 			p.StoredPerTask[name] = float64(n) / float64(p.Tasks)
+			if after.memory[name] {
+				if p.InMemory == nil {
+					p.InMemory = map[string]bool{}
+				}
+				p.InMemory[name] = true
+			}
 		}
 	}
 	p.TaskBytes = float64(after.bytes-before.bytes) / float64(p.Tasks)

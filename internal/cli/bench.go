@@ -89,10 +89,13 @@ NATS server (or --nats with --external) and measures two phases:
 			}
 			for _, p := range phases {
 				names := make([]string, 0, len(p.StoredPerTask))
-				total := 0.0
+				total, onDisk := 0.0, 0.0
 				for name, n := range p.StoredPerTask {
 					names = append(names, name)
 					total += n
+					if !p.InMemory[name] {
+						onDisk += n
+					}
 				}
 				sort.Strings(names)
 				fmt.Fprintf(g.stdout, "\nstored per task during %s: %.2f messages (", p.Name, total)
@@ -101,8 +104,11 @@ NATS server (or --nats with --external) and measures two phases:
 						fmt.Fprint(g.stdout, ", ")
 					}
 					fmt.Fprintf(g.stdout, "%s %.2f", name, p.StoredPerTask[name])
+					if p.InMemory[name] {
+						fmt.Fprint(g.stdout, " in memory")
+					}
 				}
-				fmt.Fprintf(g.stdout, "); AX_TASKS %.0f bytes per task\n", p.TaskBytes)
+				fmt.Fprintf(g.stdout, "), %.2f on disk; AX_TASKS %.0f bytes per task\n", onDisk, p.TaskBytes)
 			}
 			for _, p := range phases {
 				if p.Backlog > 0 {

@@ -8,7 +8,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
 )
@@ -76,9 +75,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.DurationVar(&cfg.Retry.Max, "retry-max", orchestrator.DefaultRetryMax, "largest backoff delay before jitter")
 	f.IntVar(&cfg.Topology.Replicas, "replicas", 0, "stream replicas, e.g. 3 on a NATS cluster (0 keeps the streams' count, 1 for new ones; lowering it is refused: use `ax topology --replicas N`)")
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
-	f.BoolVar(&cfg.Topology.ReadyInMemory, "ready-in-memory", false, "keep AX_READY, the dispatches, in memory: one fsync less per task; a server restart empties it and the reconciler dispatches again (applies when AX_READY is created; see deploy/README.md)")
-	f.Int64Var(&cfg.Topology.ReadyMaxBytes, "ready-max-bytes", topology.DefaultReadyMaxBytes, "with --ready-in-memory: AX_READY's memory bound (the server's max_memory_store must allow it)")
-	f.Int64Var(&cfg.Topology.ReadyMaxPerLevel, "ready-max-per-level", topology.DefaultReadyMaxPerLevel, "with --ready-in-memory: dispatches stored per capability and priority; tasks beyond wait, held, until there is room")
+	readyFlags(f, &cfg.Topology.ReadyInMemory, &cfg.Topology.ReadyMaxBytes, &cfg.Topology.ReadyMaxPerLevel)
 	f.DurationVar(&cfg.Topology.TaskHistoryMaxAge, "history-max-age", 0, "remove a finished task's history this long after it finished (0: keep for ever); unfinished tasks are never removed")
 	f.DurationVar(&cfg.DependencyTimeout, "dependency-timeout", orchestrator.DefaultDependencyTimeout, "how long a task waits for a depends_on id that does not exist before it is cancelled (a spec's dependency_timeout overrides it)")
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", orchestrator.DefaultReconcileInterval, "how long an unfinished task may stand still before the reconciler first looks at it")

@@ -7,26 +7,37 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ax-run/ax/internal/topology"
 )
 
+// readyFlags are the options of AX_READY's storage (orchestrator and
+// topology).
+func readyFlags(f *pflag.FlagSet, inMemory *bool, maxBytes, perLevel *int64) {
+	f.BoolVar(inMemory, "ready-in-memory", false, "keep AX_READY, the dispatches, in memory: one fsync less per task; a server restart empties it and the reconciler dispatches again (applies when AX_READY is created; see deploy/README.md)")
+	f.Int64Var(maxBytes, "ready-max-bytes", topology.DefaultReadyMaxBytes, "with --ready-in-memory: AX_READY's memory bound (the server's max_memory_store must allow it)")
+	f.Int64Var(perLevel, "ready-max-per-level", topology.DefaultReadyMaxPerLevel, "with --ready-in-memory: dispatches stored per capability and priority; tasks beyond wait, held, until there is room")
+}
+
 // topologyCmd is the explicit way to change AX's streams: their replica
 // count is never lowered by a process started with defaults.
 func topologyCmd(g *globals) *cobra.Command {
-	var replicas int
+	var opts topology.Options
 	cmd := &cobra.Command{
 		Use:   "topology",
 		Short: "Create or update AX's streams, buckets and object stores (e.g. --replicas 3 on a cluster)",
 		Long: `Creates AX's streams, buckets and object stores, or updates them to this
 version's configuration, as an orchestrator does at start. Unlike an
 orchestrator, it may lower the replica count: --replicas N sets every stream
-to N replicas (0 keeps what they have).`,
+to N replicas (0 keeps what they have). --ready-in-memory creates AX_READY
+in memory (an existing one keeps its storage: see deploy/README.md).`,
 		Args: cobra.NoArgs,
 		RunE: g.withJetStream(func(ctx context.Context, js jetstream.JetStream, _ []string) error {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
-			if err := topology.Ensure(ctx, js, topology.Options{Replicas: replicas, AllowFewerReplicas: true}); err != nil {
+			opts.AllowFewerReplicas = true
+			if err := topology.Ensure(ctx, js, opts); err != nil {
 				return err
 			}
 			for _, cfg := range topology.Streams(topology.Options{}) {
@@ -34,11 +45,13 @@ to N replicas (0 keeps what they have).`,
 				if err != nil {
 					return fmt.Errorf("stream %s: %w", cfg.Name, err)
 				}
-				fmt.Fprintf(g.stdout, "%-14s replicas %d\n", cfg.Name, s.CachedInfo().Config.Replicas)
+				have := s.CachedInfo().Config
+				fmt.Fprintf(g.stdout, "%-14s replicas %d, %s\n", cfg.Name, have.Replicas, have.Storage)
 			}
 			return nil
 		}),
 	}
-	cmd.Flags().IntVar(&replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
+	cmd.Flags().IntVar(&opts.Replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
+	readyFlags(cmd.Flags(), &opts.ReadyInMemory, &opts.ReadyMaxBytes, &opts.ReadyMaxPerLevel)
 	return cmd
 }
