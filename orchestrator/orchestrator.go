@@ -65,6 +65,9 @@ type Orchestrator struct {
 	// parked remembers the levels and types of tasks held for want of
 	// room in AX_READY (readyroom.go).
 	parked parked
+	// readySince caches when AX_READY was created: a ready task dispatched
+	// before lost its dispatch with the stream it was in.
+	readySince streamCreated
 	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
 	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied

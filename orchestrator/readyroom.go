@@ -182,8 +182,10 @@ func (o *Orchestrator) releaseParked(ctx context.Context) {
 }
 
 // restoreReady recreates AX_READY when it is gone (an in-memory one after
-// its server restarted). The reconciler dispatches again the ready tasks
-// whose dispatches it held.
+// its server restarted), then fires every pending watch and sweep at once:
+// each ready task dispatched before the stream's creation lost its dispatch
+// (dispatchLost) and is dispatched again RunGrace after the creation, not
+// on the reconciler's backed-off schedule (up to ReconcileMaxInterval).
 func (o *Orchestrator) restoreReady(ctx context.Context) {
 	if _, err := o.js.Stream(ctx, subject.StreamReady); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return
@@ -192,5 +194,94 @@ func (o *Orchestrator) restoreReady(ctx context.Context) {
 		o.log.Warn("AX_READY is gone and cannot be created yet; retrying", slog.Any("error", err))
 		return
 	}
-	o.log.Warn("AX_READY was gone (an in-memory stream after a server restart?) and is created again; the reconciler dispatches again the tasks whose dispatches it held")
+	o.readySince.forget()
+	o.log.Warn("AX_READY was gone (an in-memory stream after a server restart?) and is created again; the tasks whose dispatches it held are dispatched again after the run grace", slog.Duration("run_grace", o.cfg.RunGrace))
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		n, err := o.refireLooks(o.runCtx)
+		if err != nil {
+			o.log.Warn("firing the reconciler's looks after AX_READY came back stopped early; the rest fire on their own schedule", slog.Any("error", err), slog.Int("fired", n))
+			return
+		}
+		o.log.Info("fired the reconciler's looks after AX_READY came back", slog.Int("fired", n))
+	}()
+}
+
+// refireLooks publishes, for every pending watch and sweep timer, a copy of
+// it on its fire subject (the schedule stays: it fires again later and
+// finds the task moved on). AX_TIMERS is a work queue, which allows no
+// ordered reader: the timers' subjects are listed, and each read from the
+// leader. Two requests per unfinished task, once per loss of AX_READY.
+func (o *Orchestrator) refireLooks(ctx context.Context) (int, error) {
+	st, err := o.js.Stream(ctx, subject.StreamTimers)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, kind := range []subject.TimerKind{subject.TimerSweep, subject.TimerWatch} {
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.Timer(kind, "*")))
+		if err != nil {
+			return n, err
+		}
+		for subj := range info.State.Subjects {
+			msg, err := st.GetLastMsgForSubject(ctx, subj)
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue // fired meanwhile
+			}
+			if err != nil {
+				return n, err
+			}
+			var f timerFire
+			if len(msg.Data) == 0 || json.Unmarshal(msg.Data, &f) != nil || f.ID == "" {
+				continue // a cancelled timer (an empty message) or garbage
+			}
+			if _, err := o.js.Publish(ctx, subject.Fire(kind, f.ID), msg.Data); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
+}
+
+// dispatchLost reports whether t, ready, may have been dispatched before
+// AX_READY was (re)created, and so have lost its dispatch with the stream
+// it was in; since is the creation. A second of margin for clocks apart
+// errs towards "lost": a dispatch taken for lost is superseded by a new one
+// (executors drop the old execution), one taken for present would wait for
+// the reconciler's backed-off looks.
+func (o *Orchestrator) dispatchLost(ctx context.Context, t task.Task) (lost bool, since time.Time, err error) {
+	created, err := o.readySince.get(ctx, o.js)
+	if err != nil {
+		return false, created, err
+	}
+	return readyAt(t).Before(created.Add(time.Second)), created, nil
+}
+
+// streamCreated caches when AX_READY was created, for a second.
+type streamCreated struct {
+	mu      sync.Mutex
+	created time.Time
+	read    time.Time
+}
+
+func (c *streamCreated) get(ctx context.Context, js jetstream.JetStream) (time.Time, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.read.IsZero() && time.Since(c.read) < time.Second {
+		return c.created, nil
+	}
+	st, err := js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("when was %s created: %w", subject.StreamReady, err)
+	}
+	c.created, c.read = st.CachedInfo().Created, time.Now()
+	return c.created, nil
+}
+
+func (c *streamCreated) forget() {
+	c.mu.Lock()
+	c.read = time.Time{}
+	c.mu.Unlock()
 }

@@ -77,12 +77,15 @@ func TestReadyInMemoryParksWhatDoesNotFit(t *testing.T) {
 }
 
 // TestReadyInMemoryRecreatedWhenGone: an in-memory AX_READY is gone after
-// its server restarts; the orchestrator creates it again and the reconciler
-// dispatches again the ready tasks whose dispatches went with it.
+// its server restarts; the orchestrator creates it again and fires the
+// reconciler's looks at once, which dispatch again, a run grace after the
+// stream's return, the ready tasks whose dispatches went with it. The
+// reconciler's own schedule is an hour away here: only the looks fired on
+// recreation can finish the test.
 func TestReadyInMemoryRecreatedWhenGone(t *testing.T) {
 	t.Parallel()
 	srv := testenv.BareNATS(t) // the orchestrator creates AX_READY
-	cfg := fastReconcile
+	cfg := orchestrator.Config{ReconcileInterval: time.Hour, ReconcileMaxInterval: time.Hour, RunGrace: 2 * time.Second}
 	cfg.Topology.ReadyInMemory = true
 	testenv.Orchestrator(t, srv.URL(), cfg)
 	c := testenv.Client(t, srv.URL())

@@ -105,14 +105,27 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 	case task.Running:
 		return o.watchRunning(ctx, t)
 	case task.Ready:
-		if now.Sub(*readyAt(t)) < o.cfg.RunGrace {
+		lost, since, err := o.dispatchLost(ctx, t)
+		if err != nil {
+			return err
+		}
+		if lost {
+			// Gone with AX_READY: what an executor took before is given
+			// the grace from the stream's return (it may still run it),
+			// not a look on the reconciler's backed-off schedule.
+			if due := since.Add(o.cfg.RunGrace); now.Before(due) {
+				return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: due})
+			}
+		} else if now.Sub(*readyAt(t)) < o.cfg.RunGrace {
 			return o.armWatch(ctx, t) // its dispatch may still be on its way
 		}
-		present, err := o.dispatchPresent(ctx, t)
-		if err != nil || present {
-			if err != nil {
+		present := false
+		if !lost {
+			if present, err = o.dispatchPresent(ctx, t); err != nil {
 				return err
 			}
+		}
+		if present {
 			return o.armWatch(ctx, t)
 		}
 		// No dispatch of its level is stored: it was lost (or dropped on a
