@@ -12,6 +12,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
@@ -35,14 +36,7 @@ func TestReadyInMemoryParksWhatDoesNotFit(t *testing.T) {
 	if got := ready.CachedInfo().Config; got.Storage != jetstream.MemoryStorage || got.MaxMsgsPerSubject != 20 || !got.DiscardNewPerSubject {
 		t.Fatalf("AX_READY: storage %v, per subject %d, discard new per subject %v", got.Storage, got.MaxMsgsPerSubject, got.DiscardNewPerSubject)
 	}
-	specs := make([]task.Spec, 100)
-	for i := range specs {
-		specs[i] = newSpec(fmt.Sprintf("later-%03d", i), "ok")
-		specs[i].Capability = "later"
-	}
-	if _, err := c.SubmitMany(ctx, specs); err != nil {
-		t.Fatal(err)
-	}
+	specs := submitFor(t, c, "later", 100)
 	level := subject.Ready("later", specs[0].PriorityLevel())
 	parked := func() int {
 		n := 0
@@ -90,14 +84,7 @@ func TestReadyInMemoryRecreatedWhenGone(t *testing.T) {
 	testenv.Orchestrator(t, srv.URL(), cfg)
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 2*time.Minute)
-	specs := make([]task.Spec, 10)
-	for i := range specs {
-		specs[i] = newSpec(fmt.Sprintf("lost-%d", i), "ok")
-		specs[i].Capability = "gone"
-	}
-	if _, err := c.SubmitMany(ctx, specs); err != nil {
-		t.Fatal(err)
-	}
+	specs := submitFor(t, c, "gone", 10)
 	js, _ := jetstream.New(c.Conn())
 	level := subject.Ready("gone", specs[0].PriorityLevel())
 	testenv.Eventually(t, 30*time.Second, "the dispatches stored", func() bool {
@@ -121,4 +108,18 @@ func TestReadyInMemoryRecreatedWhenGone(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", s.ID, got, err)
 		}
 	}
+}
+
+// submitFor submits n "ok" tasks for capability, ids <capability>-<i>.
+func submitFor(t *testing.T, c *sdk.Client, capability string, n int) []task.Spec {
+	t.Helper()
+	specs := make([]task.Spec, n)
+	for i := range specs {
+		specs[i] = newSpec(fmt.Sprintf("%s-%03d", capability, i), "ok")
+		specs[i].Capability = capability
+	}
+	if _, err := c.SubmitMany(testenv.Context(t, time.Minute), specs); err != nil {
+		t.Fatal(err)
+	}
+	return specs
 }
