@@ -145,13 +145,27 @@ func (o *Orchestrator) noteParked(level string, cause error) {
 }
 
 // releaseParked releases, for each level parked tasks wait on that now has
-// room, up to that room of its types' held tasks.
+// room (at most half full, in a stream at most half full in bytes), up to
+// that room of its types' held tasks.
 func (o *Orchestrator) releaseParked(ctx context.Context) {
 	perLevel := int(o.cfg.Topology.ReadyMaxPerLevel)
 	if perLevel <= 0 {
 		perLevel = topology.DefaultReadyMaxPerLevel
 	}
-	for _, level := range o.parked.snapshot() {
+	levels := o.parked.snapshot()
+	if len(levels) == 0 {
+		return
+	}
+	// The bound in bytes is the whole stream's: no level has room while
+	// the stream is more than half full.
+	st, err := o.js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		return
+	}
+	if info := st.CachedInfo(); info.Config.MaxBytes > 0 && info.State.Bytes > uint64(info.Config.MaxBytes)/2 {
+		return
+	}
+	for _, level := range levels {
 		capability, prio, ok := subject.ReadyParts(level)
 		if !ok {
 			o.parked.take(level)

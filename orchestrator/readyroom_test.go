@@ -36,7 +36,7 @@ func TestReadyInMemoryParksWhatDoesNotFit(t *testing.T) {
 	if got := ready.CachedInfo().Config; got.Storage != jetstream.MemoryStorage || got.MaxMsgsPerSubject != 20 || !got.DiscardNewPerSubject {
 		t.Fatalf("AX_READY: storage %v, per subject %d, discard new per subject %v", got.Storage, got.MaxMsgsPerSubject, got.DiscardNewPerSubject)
 	}
-	specs := submitFor(t, c, "later", 100)
+	specs := submitFor(t, c, "later", 100, nil)
 	level := subject.Ready("later", specs[0].PriorityLevel())
 	parked := func() int {
 		n := 0
@@ -70,6 +70,33 @@ func TestReadyInMemoryParksWhatDoesNotFit(t *testing.T) {
 	}
 }
 
+// TestReadyInMemoryBoundInBytes: the bound in bytes parks what does not fit
+// as the bound per level does, and all run once an executor comes.
+func TestReadyInMemoryBoundInBytes(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t) // the orchestrator creates AX_READY
+	cfg := orchestrator.Config{Topology: orchestrator.TopologyOptions{ReadyInMemory: true, ReadyMaxBytes: 32 << 10}}
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	specs := submitFor(t, c, "big", 60, map[string]string{"pad": strings.Repeat("x", 1024)})
+	testenv.Eventually(t, time.Minute, "a task parked for want of bytes", func() bool {
+		for _, s := range specs {
+			got, err := c.Get(ctx, s.ID)
+			if err == nil && got.State == task.Waiting && strings.Contains(got.Reason, "maximum bytes exceeded") {
+				return true
+			}
+		}
+		return false
+	})
+	testenv.Start(t, okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"big"}}))
+	for _, s := range specs {
+		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v, %v", s.ID, got, err)
+		}
+	}
+}
+
 // TestReadyInMemoryRecreatedWhenGone: an in-memory AX_READY is gone after
 // its server restarts; the orchestrator creates it again and fires the
 // reconciler's looks at once, which dispatch again, a run grace after the
@@ -84,7 +111,7 @@ func TestReadyInMemoryRecreatedWhenGone(t *testing.T) {
 	testenv.Orchestrator(t, srv.URL(), cfg)
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 2*time.Minute)
-	specs := submitFor(t, c, "gone", 10)
+	specs := submitFor(t, c, "gone", 10, nil)
 	js, _ := jetstream.New(c.Conn())
 	level := subject.Ready("gone", specs[0].PriorityLevel())
 	testenv.Eventually(t, 30*time.Second, "the dispatches stored", func() bool {
@@ -110,13 +137,18 @@ func TestReadyInMemoryRecreatedWhenGone(t *testing.T) {
 	}
 }
 
-// submitFor submits n "ok" tasks for capability, ids <capability>-<i>.
-func submitFor(t *testing.T, c *sdk.Client, capability string, n int) []task.Spec {
+// submitFor submits n "ok" tasks for capability, ids <capability>-<i>,
+// with payload (nil: none).
+func submitFor(t *testing.T, c *sdk.Client, capability string, n int, payload any) []task.Spec {
 	t.Helper()
 	specs := make([]task.Spec, n)
 	for i := range specs {
-		specs[i] = newSpec(fmt.Sprintf("%s-%03d", capability, i), "ok")
-		specs[i].Capability = capability
+		s, err := task.New("ok", payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ID, s.Capability = fmt.Sprintf("%s-%03d", capability, i), capability
+		specs[i] = s
 	}
 	if _, err := c.SubmitMany(testenv.Context(t, time.Minute), specs); err != nil {
 		t.Fatal(err)
