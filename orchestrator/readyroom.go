@@ -265,33 +265,39 @@ func (o *Orchestrator) refireLooks(ctx context.Context) (int, error) {
 // errs towards "lost": a dispatch taken for lost is superseded by a new one
 // (executors drop the old execution), one taken for present would wait for
 // the reconciler's backed-off looks.
+//
+// Only an in-memory AX_READY loses what it holds when its servers restart;
+// one on disk answers false, and its dispatches are looked at as always.
 func (o *Orchestrator) dispatchLost(ctx context.Context, t task.Task) (lost bool, since time.Time, err error) {
-	created, err := o.readySince.get(ctx, o.js)
-	if err != nil {
+	created, inMemory, err := o.readySince.get(ctx, o.js)
+	if err != nil || !inMemory {
 		return false, created, err
 	}
 	return readyAt(t).Before(created.Add(time.Second)), created, nil
 }
 
-// streamCreated caches when AX_READY was created, for a second.
+// streamCreated caches when AX_READY was created, and whether it is in
+// memory, for a second.
 type streamCreated struct {
-	mu      sync.Mutex
-	created time.Time
-	read    time.Time
+	mu       sync.Mutex
+	created  time.Time
+	inMemory bool
+	read     time.Time
 }
 
-func (c *streamCreated) get(ctx context.Context, js jetstream.JetStream) (time.Time, error) {
+func (c *streamCreated) get(ctx context.Context, js jetstream.JetStream) (time.Time, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.read.IsZero() && time.Since(c.read) < time.Second {
-		return c.created, nil
+		return c.created, c.inMemory, nil
 	}
 	st, err := js.Stream(ctx, subject.StreamReady)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("when was %s created: %w", subject.StreamReady, err)
+		return time.Time{}, false, fmt.Errorf("when was %s created: %w", subject.StreamReady, err)
 	}
-	c.created, c.read = st.CachedInfo().Created, time.Now()
-	return c.created, nil
+	info := st.CachedInfo()
+	c.created, c.inMemory, c.read = info.Created, info.Config.Storage == jetstream.MemoryStorage, time.Now()
+	return c.created, c.inMemory, nil
 }
 
 func (c *streamCreated) forget() {
