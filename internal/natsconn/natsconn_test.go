@@ -187,7 +187,7 @@ func FuzzRedact(f *testing.F) {
 	f.Fuzz(func(t *testing.T, user, pass, host string) {
 		// Only passwords that can be told from the rest of the text, and
 		// URLs that stay one URL (nats.go splits the list at commas).
-		if len(pass) < 4 || strings.ContainsAny(user+pass+host, ",") || strings.Contains("nats://"+user+host+"invalid NATS URL xxxxx", pass) {
+		if len(pass) < 4 || strings.ContainsAny(user+pass+host, ",") || strings.Contains("nats://"+user+host+"invalid NATS URL xxxxx@"+host, pass) {
 			return
 		}
 		for _, u := range []string{"nats://" + user + ":" + pass + "@" + host, "nats://" + pass + "@" + host, user + ":" + pass + "@" + host} {

@@ -31,13 +31,28 @@ func splitUserinfo(u string) (scheme, userinfo, rest string, ok bool) {
 	if at < 0 {
 		return "", "", "", false
 	}
-	// The scheme is a "://" before the user information; one after the
-	// last "@" is part of the host (":pass@://" hides nothing).
+	// The scheme is a scheme name and "://" before the user information;
+	// one after the last "@" is part of the host (":pass@://" hides
+	// nothing), and a "://" after anything but a scheme name is part of
+	// the user information (":pass@://@", "ax:p://w@h").
 	start := 0
-	if i := strings.Index(u[:at], "://"); i >= 0 {
+	lead := len(u) - len(strings.TrimLeft(u, " \t")) // "a, nats://…"
+	if i := strings.Index(u[:at], "://"); i > lead && schemeName(u[lead:i]) {
 		start = i + 3
 	}
 	return u[:start], u[start:at], u[at+1:], true
+}
+
+// schemeName reports whether s is a URL scheme name (RFC 3986: a letter,
+// then letters, digits, "+", "-" or ".").
+func schemeName(s string) bool {
+	for i, r := range s {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (i == 0 || !(r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // urlSecrets lists the secrets held in the user information of urls: the
