@@ -206,7 +206,12 @@ func (m *Markers) Outcomes(ctx context.Context, waiter string, want int) ([]task
 	wait := 50 * time.Millisecond
 	deadline := time.Now().Add(time.Minute)
 	for {
-		out, err := m.readOutcomes(ctx, waiter)
+		// Each read has its own bound: under the caller's deadline alone (a
+		// handler's timeout, minutes away) a JetStream reply lost in a
+		// partition would hold the read, and its task, until then.
+		rctx, cancel := context.WithTimeout(ctx, readTimeout)
+		out, err := m.readOutcomes(rctx, waiter)
+		cancel()
 		switch {
 		case err == nil && len(out) >= want:
 			return out, nil
@@ -224,6 +229,10 @@ func (m *Markers) Outcomes(ctx context.Context, waiter string, want int) ([]task
 		wait = min(2*wait, 5*time.Second)
 	}
 }
+
+// readTimeout bounds one reading of a waiter's markers; Outcomes tries
+// again after it.
+const readTimeout = 15 * time.Second
 
 // readOutcomes reads the markers a fresh consumer counts, once.
 func (m *Markers) readOutcomes(ctx context.Context, waiter string) ([]task.MemberOutcome, error) {
