@@ -366,31 +366,9 @@ var ErrFewerReplicas = errors.New("refusing to lower the replica count")
 // o.AllowFewerReplicas (see ErrFewerReplicas).
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 	for _, cfg := range Streams(o) {
-		if cfg.Name == subject.StreamReady {
-			continue // ensureReady, below
-		}
-		r, err := replicas(ctx, js, cfg.Name, o)
-		if err != nil {
+		if err := ensureStream(ctx, js, o, cfg); err != nil {
 			return err
 		}
-		cfg.Replicas = r
-		if cfg.Name == subject.StreamTasks {
-			// One replica answers everything, so a direct get is a leader
-			// read without the JSON API's cost (a raw message, not JSON with
-			// base64): the executors' check of every dispatch and most of
-			// the orchestrator's reads. With replicas, any of them might
-			// answer a direct get from behind: leader reads only.
-			cfg.AllowDirect = r == 1
-		}
-		if err := keepRetention(ctx, js, &cfg); err != nil {
-			return err
-		}
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
-		}
-	}
-	if err := ensureReady(ctx, js, o); err != nil {
-		return err
 	}
 	for _, cfg := range Buckets(o) {
 		r, err := replicas(ctx, js, "KV_"+cfg.Bucket, o)
@@ -446,23 +424,34 @@ func replicas(ctx context.Context, js jetstream.JetStream, stream string, o Opti
 	return o.Replicas, nil
 }
 
-// ensureReady creates AX_READY or updates it, keeping the storage it has
-// (JetStream cannot change it): a stream created on disk stays there, its
-// bounds then unset, until it is removed (EnsureReady recreates it, and the
-// reconciler dispatches again what it held).
-func ensureReady(ctx context.Context, js jetstream.JetStream, o Options) error {
-	r, err := replicas(ctx, js, subject.StreamReady, o)
+// ensureStream creates one of AX's streams or updates it, keeping what
+// JetStream cannot change: its retention (keepRetention) and, for
+// AX_READY, its storage — one created on disk stays there, its bounds then
+// unset, until it is removed (EnsureReady recreates it, and the reconciler
+// dispatches again what it held).
+func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg jetstream.StreamConfig) error {
+	r, err := replicas(ctx, js, cfg.Name, o)
 	if err != nil {
 		return err
 	}
-	cfg := readyConfig(o, r, duplicateWindow(o))
+	cfg.Replicas = r
+	if cfg.Name == subject.StreamTasks {
+		// One replica answers everything, so a direct get is a leader
+		// read without the JSON API's cost (a raw message, not JSON with
+		// base64): the executors' check of every dispatch and most of
+		// the orchestrator's reads. With replicas, any of them might
+		// answer a direct get from behind: leader reads only.
+		cfg.AllowDirect = r == 1
+	}
 	if err := keepRetention(ctx, js, &cfg); err != nil {
 		return err
 	}
-	if s, err := js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Storage != cfg.Storage {
-		have := s.CachedInfo().Config
-		cfg.Storage, cfg.MaxBytes, cfg.MaxMsgsPerSubject = have.Storage, have.MaxBytes, have.MaxMsgsPerSubject
-		cfg.Discard, cfg.DiscardNewPerSubject = have.Discard, have.DiscardNewPerSubject
+	if cfg.Name == subject.StreamReady {
+		if s, err := js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Storage != cfg.Storage {
+			have := s.CachedInfo().Config
+			cfg.Storage, cfg.MaxBytes, cfg.MaxMsgsPerSubject = have.Storage, have.MaxBytes, have.MaxMsgsPerSubject
+			cfg.Discard, cfg.DiscardNewPerSubject = have.Discard, have.DiscardNewPerSubject
+		}
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
@@ -474,7 +463,7 @@ func ensureReady(ctx context.Context, js jetstream.JetStream, o Options) error {
 // after its server restarts (every replica, on a cluster). The orchestrator
 // calls it when it finds the stream gone.
 func EnsureReady(ctx context.Context, js jetstream.JetStream, o Options) error {
-	return ensureReady(ctx, js, o)
+	return ensureStream(ctx, js, o, readyConfig(o, 1, duplicateWindow(o)))
 }
 
 // keepRetention keeps an existing stream's retention: JetStream cannot
