@@ -24,6 +24,7 @@ import (
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/internal/mirror/mirrortest"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
@@ -178,8 +179,13 @@ func setup(t *testing.T, withMySQL bool) *fixture {
 				return false
 			}
 		}
-		_, err := c.Get(ctx, "bad-input-1")
-		return isRejected(err)
+		if _, err := c.Get(ctx, "bad-input-1"); !isRejected(err) {
+			return false
+		}
+		// A dead letter is stored after its task's record says failed:
+		// wait for both (the toggle task and shard 3).
+		dlq, err := js.Stream(ctx, subject.StreamDLQ)
+		return err == nil && dlq.CachedInfo().State.Msgs == 2
 	})
 	return f
 }
