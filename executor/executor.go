@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,9 @@ type Executor struct {
 	// reporting holds a slot per attempt whose handler returned and whose
 	// outcome is being reported and acknowledged (see execute).
 	reporting chan struct{}
+	// directOff is when (Unix ns) reports are next sent directly
+	// (reportDirect); until then they are stored.
+	directOff atomic.Int64
 
 	// startMu serialises Starts; mu guards the fields below it and is
 	// never held while waiting on NATS, so Stop is never held up by Start.

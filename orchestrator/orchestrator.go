@@ -152,6 +152,13 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.sweeps = newSweepBatcher(o)
 	o.bg.Add(1)
 	go o.sweeps.run(sweepCtx)
+	// Direct reports apply outcomes, whose effects use the sweep batcher.
+	if err := o.serveReports(runCtx); err != nil {
+		cancel()
+		stopSweeps()
+		o.bg.Wait()
+		return fmt.Errorf("orchestrator: %w", err)
+	}
 	if o.obs.on {
 		o.bg.Add(1)
 		go o.sampleLoop(runCtx)

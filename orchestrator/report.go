@@ -15,19 +15,28 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// handleReport applies an executor's report of an attempt.
+// handleReport applies an executor's report of an attempt stored on
+// task.completed.<type>: one it did not send as a request, or whose request
+// no orchestrator confirmed (serveReports).
 func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) error {
+	return o.acceptReport(ctx, subject.TypeFromCompleted(msg.Subject()), msg.Subject(), msg.Data())
+}
+
+// acceptReport decodes and checks a report received on a subject of
+// taskType (its completed or its report subject), then applies it. A nil
+// error means applied, or dropped with a logged reason.
+func (o *Orchestrator) acceptReport(ctx context.Context, taskType, subj string, data []byte) error {
 	var r task.Report
-	if err := json.Unmarshal(msg.Data(), &r); err != nil || r.ID == "" || r.ExecutionID == "" {
-		o.log.Warn("dropping malformed report", slog.Any("error", err), slog.String("subject", msg.Subject()))
+	if err := json.Unmarshal(data, &r); err != nil || r.ID == "" || r.ExecutionID == "" {
+		o.log.Warn("dropping malformed report", slog.Any("error", err), slog.String("subject", subj))
 		return nil
 	}
-	if msg.Subject() != subject.Completed(r.Type) {
-		// Executors may publish only the completed subjects of the types
+	if r.Type != taskType {
+		// Executors may publish only the report subjects of the types
 		// they serve (deploy/security): the subject, not the body, says
 		// which type a report may be about.
 		o.log.Warn("dropping a report whose task type is not its subject's", slog.String("task_id", r.ID),
-			slog.String("type", r.Type), slog.String("subject", msg.Subject()))
+			slog.String("type", r.Type), slog.String("subject", subj))
 		return nil
 	}
 	if !o.validToken(r.ID, r.ExecutionID, r.Token) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/executor"
@@ -58,6 +59,25 @@ func forgeReport(t *testing.T, js jetstream.JetStream, running *task.Task, subj,
 	}
 }
 
+// forgeDirect sends the same forged report as a direct report (a request
+// on subj, an ax.report subject): the orchestrator must answer it (no
+// error: dropped, as a stored one is) without applying it.
+func forgeDirect(t *testing.T, nc *nats.Conn, running *task.Task, subj, typ, token string) {
+	t.Helper()
+	r := task.Report{ID: running.ID, Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
+		Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
+		Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`), Token: token}
+	data, _ := json.Marshal(r)
+	m, err := nc.Request(subj, data, 30*time.Second)
+	if err != nil {
+		t.Fatalf("direct report on %s: %v", subj, err)
+	}
+	var rep task.ReportReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Error != "" {
+		t.Fatalf("direct report on %s answered %q (%v); want dropped", subj, m.Data, err)
+	}
+}
+
 // settle runs a task to its end after the forged reports were stored: by
 // then they were most likely handled (if one were applied later, the
 // victim's result would be the forged one).
@@ -100,6 +120,7 @@ func TestReportNeedsItsExecutionsToken(t *testing.T) {
 	for _, tok := range []string{"", testenv.Token(t, nc, running.ID, "another-execution"),
 		testenv.Token(t, nc, "another-task", running.ExecutionID), "AAAAAAAAAAAAAAAAAAAAAA", "not a token"} {
 		forgeReport(t, js, running, subject.Completed(running.Type), running.Type, tok)
+		forgeDirect(t, nc, running, subject.Report(running.Type), running.Type, tok)
 	}
 	forgeriesIgnored(t, c, release)
 }

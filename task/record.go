@@ -411,6 +411,17 @@ const (
 	ClaimNotFound ClaimStatus = "not_found"
 )
 
+// ReportReply is the orchestrator's answer to a Report sent as a request on
+// ax.report.<type>. An empty Error means the report was applied (or,
+// invalid, dropped with a logged reason, as it would be from the stream):
+// it must not be sent again. Any other answer, or none, and the executor
+// publishes the report on task.completed.<type>, where it is applied once
+// an orchestrator can.
+type ReportReply struct {
+	// Error says why the report was not applied.
+	Error string `json:"error,omitempty"`
+}
+
 // ClaimReply is the orchestrator's answer to a ClaimRequest.
 type ClaimReply struct {
 	// Status is the answer.

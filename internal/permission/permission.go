@@ -292,8 +292,8 @@ func orchestrator(objects []string) Permissions {
 	for _, b := range objects {
 		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
 	}
-	p.Subscribe.Allow = []string{subject.ClaimAll}
-	p.AllowResponses = true // claim replies
+	p.Subscribe.Allow = []string{subject.ClaimAll, subject.ReportAll}
+	p.AllowResponses = true // claim and direct-report replies
 	return p
 }
 
@@ -324,7 +324,7 @@ func executor(capabilities, types, objects []string) Permissions {
 		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.ReadyCapability(c))
 	}
 	for _, t := range types {
-		p.Publish.Allow = append(p.Publish.Allow, subject.Completed(t))
+		p.Publish.Allow = append(p.Publish.Allow, subject.Report(t), subject.Completed(t))
 	}
 	// Aggregators read their shards' markers; handlers read upstream
 	// results (of any capability) and their own job's objects.

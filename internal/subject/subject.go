@@ -148,6 +148,10 @@ const (
 	rejectedPrefix  = "ax.rejected."
 	cancelPrefix    = "ax.signal.cancel."
 	claimPrefix     = "ax.claim."
+	reportPrefix    = "ax.report."
+	// ReportAll is every direct-report subject; the orchestrators answer
+	// it as one queue group.
+	ReportAll = "ax.report.>"
 	// ClaimAll is every claim subject; the orchestrators answer it as one
 	// queue group.
 	ClaimAll = "ax.claim.*"
@@ -227,6 +231,19 @@ func ReadyConsumer(capability string, priority int) string {
 
 // Completed is where executors report an attempt of a task type.
 func Completed(taskType string) string { return completedPrefix + taskType }
+
+// Report is where an executor sends an attempt's report of a task type as
+// a core NATS request (task.ReportReply): the orchestrator answering it
+// applies the report before it replies, so the report is never stored on
+// its own. Without a reply that says it was applied, the executor publishes
+// the report on Completed instead.
+func Report(taskType string) string { return reportPrefix + taskType }
+
+// TypeFromReport is the task type of a report subject (Report).
+func TypeFromReport(subj string) string { return strings.TrimPrefix(subj, reportPrefix) }
+
+// TypeFromCompleted is the task type of a completed subject (Completed).
+func TypeFromCompleted(subj string) string { return strings.TrimPrefix(subj, completedPrefix) }
 
 // Task is the subject holding a task's history; its last message is its state.
 func Task(id string) string { return taskPrefix + id }

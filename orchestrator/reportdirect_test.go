@@ -1,0 +1,102 @@
+package orchestrator_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/task"
+)
+
+// storedReports is how many reports were ever stored on AX_COMPLETED.
+func storedReports(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), subject.StreamCompleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().State.LastSeq
+}
+
+// With an orchestrator running, reports go to it directly: each is applied
+// before it is answered, and none is stored on AX_COMPLETED.
+func TestReportsAppliedDirectly(t *testing.T) {
+	t.Parallel()
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	js, _ := jetstream.New(c.Conn())
+	ctx := testenv.Context(t, time.Minute)
+	const n = 50
+	for i := range n {
+		if _, err := c.Submit(ctx, newSpec(fmt.Sprint("direct-", i), "ok")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		if got, err := c.Wait(ctx, fmt.Sprint("direct-", i)); err != nil || got.State != task.Succeeded {
+			t.Fatalf("direct-%d: %+v %v", i, got, err)
+		}
+	}
+	if got := storedReports(t, js); got != 0 {
+		t.Fatalf("%d reports stored on %s; want none (all applied directly)", got, subject.StreamCompleted)
+	}
+}
+
+// When no orchestrator answers a direct report, the executor stores it on
+// task.completed.<type>, and it is applied once an orchestrator runs: the
+// task neither runs again nor stays ready.
+func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	o, err := orchestrator.New(testenv.Conn(t, srv.URL()), orchestrator.Config{Logger: testenv.SlogLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return "done while no orchestrator ran", nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	js, _ := jetstream.New(c.Conn())
+	ctx := testenv.Context(t, 2*time.Minute)
+	if _, err := c.Submit(ctx, newSpec("orphan-report", "held")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = o.Stop(stopCtx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	testenv.Eventually(t, time.Minute, "the report stored", func() bool { return storedReports(t, js) == 1 })
+	if got, err := c.Get(ctx, "orphan-report"); err != nil || got.State.Terminal() {
+		t.Fatalf("before an orchestrator runs again: %+v %v; want not ended yet", got, err)
+	}
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	got, err := c.Wait(ctx, "orphan-report")
+	if err != nil || got.State != task.Succeeded || string(got.Result) != `"done while no orchestrator ran"` {
+		t.Fatalf("orphan-report: %+v %v; want succeeded with the stored report's result", got, err)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times; want once", n)
+	}
+}
