@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
@@ -47,9 +47,8 @@ type Executor struct {
 	// reporting holds a slot per attempt whose handler returned and whose
 	// outcome is being reported and acknowledged (see execute).
 	reporting chan struct{}
-	// directOff is when (Unix ns) reports are next sent directly
-	// (reportDirect); until then they are stored.
-	directOff atomic.Int64
+	// direct sends reports to the orchestrators before storing them.
+	direct *direct.Sender
 
 	// startMu serialises Starts; mu guards the fields below it and is
 	// never held while waiting on NATS, so Stop is never held up by Start.
@@ -108,13 +107,18 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("executor: jetstream: %w", err)
 	}
+	log := cfg.Logger.With("executor", cfg.ID)
 	return &Executor{
 		cfg: cfg, nc: nc, js: js,
-		log:       cfg.Logger.With("executor", cfg.ID),
+		log:       log,
 		metrics:   cfg.Metrics,
 		handlers:  make(map[string]Handler),
 		load:      newLoad(cfg.Capacity),
 		reporting: make(chan struct{}, reportSlots(cfg.Capacity)),
+		direct: direct.New(nc, func(subj string, err error) {
+			log.Warn("a direct report got no answer; storing reports for a while (may this executor publish "+subj+"?)",
+				"error", err, "pause", direct.Pause)
+		}),
 	}, nil
 }
 

@@ -421,8 +421,8 @@ const unknownTaskDeliveries = 2
 // crash); its executor may be alive.
 var errRunningElsewhere = errors.New("task is running elsewhere")
 
-// report hands an attempt's outcome to the orchestrator: directly, as a
-// request an orchestrator answers once it applied the report, or else
+// report hands an attempt's outcome to the orchestrator: directly (a
+// request an orchestrator answers once it applied the report), or else
 // stored on task.completed.<type>, retrying through NATS outages (the lease
 // is kept meanwhile) until it is stored or the executor is stopped for
 // good.
@@ -431,8 +431,10 @@ func (e *Executor) report(hardStop context.Context, r task.Report) error {
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}
-	if e.reportDirect(hardStop, r, data) {
+	if ok, why := e.direct.Send(hardStop, &nats.Msg{Subject: subject.Completed(r.Type), Data: data}); ok {
 		return nil
+	} else {
+		e.log.Debug("direct report not applied; storing it", "task_id", r.ID, "reason", why)
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
@@ -448,45 +450,6 @@ func (e *Executor) report(hardStop context.Context, r task.Report) error {
 			jetstream.WithMsgID("report-"+r.ExecutionID+"-"+e.cfg.ID))
 		return err
 	}, bo)
-}
-
-const (
-	// directReportTimeout bounds a direct report's request: a little
-	// longer than an orchestrator takes at most to apply it.
-	directReportTimeout = 5 * time.Second
-	// directReportPause: after a direct report got no answer in time (no
-	// orchestrator took it, or the server refused the subject, as a
-	// permission configuration older than direct reports does), reports
-	// are stored for this long before the next is tried directly.
-	directReportPause = 30 * time.Second
-)
-
-// reportDirect sends a report as a request on ax.report.<type> and
-// reports whether an orchestrator answered that it applied it. On false
-// the caller stores the report.
-func (e *Executor) reportDirect(hardStop context.Context, r task.Report, data []byte) bool {
-	if time.Now().UnixNano() < e.directOff.Load() {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(hardStop, directReportTimeout)
-	defer cancel()
-	msg, err := e.nc.RequestWithContext(ctx, subject.Report(r.Type), data)
-	if err != nil {
-		// No responders answers at once (no orchestrator running, or one
-		// older than direct reports): store this one, try the next.
-		if !errors.Is(err, nats.ErrNoResponders) && hardStop.Err() == nil &&
-			e.directOff.Swap(time.Now().Add(directReportPause).UnixNano()) < time.Now().UnixNano() {
-			e.log.Warn("a direct report got no answer; storing reports for a while (is "+subject.Report(r.Type)+" allowed to this executor?)",
-				"error", err, "task_id", r.ID, "pause", directReportPause)
-		}
-		return false
-	}
-	var rep task.ReportReply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Error != "" {
-		e.log.Debug("direct report not applied; storing it", "task_id", r.ID, "error", err, "reason", rep.Error)
-		return false
-	}
-	return true
 }
 
 // track records a running execution in its session; it returns false

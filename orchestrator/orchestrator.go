@@ -152,8 +152,8 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.sweeps = newSweepBatcher(o)
 	o.bg.Add(1)
 	go o.sweeps.run(sweepCtx)
-	// Direct reports apply outcomes, whose effects use the sweep batcher.
-	if err := o.serveReports(runCtx); err != nil {
+	// Direct requests apply outcomes, whose effects use the sweep batcher.
+	if err := o.serveDirect(runCtx); err != nil {
 		cancel()
 		stopSweeps()
 		o.bg.Wait()

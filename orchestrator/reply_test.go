@@ -89,8 +89,8 @@ func TestReportBoundToItsSubjectsType(t *testing.T) {
 	tok := testenv.Token(t, c.Conn(), "victim", running.ExecutionID)
 	forgeReport(t, js, running, subject.Completed("other"), "held", tok) // the subject of a type the forger may report
 	forgeReport(t, js, running, subject.Completed("other"), "other", tok)
-	// The same, sent directly (ax.report.<type>): answered, not applied.
-	forgeDirect(t, c.Conn(), running, subject.Report("other"), "held", tok)
-	forgeDirect(t, c.Conn(), running, subject.Report("other"), "other", tok)
+	// The same, sent directly (ax.direct.task.completed.<type>): answered, not applied.
+	forgeDirect(t, c.Conn(), running, subject.Direct(subject.Completed("other")), "held", tok)
+	forgeDirect(t, c.Conn(), running, subject.Direct(subject.Completed("other")), "other", tok)
 	forgeriesIgnored(t, c, release)
 }

@@ -17,7 +17,7 @@ import (
 
 // handleReport applies an executor's report of an attempt stored on
 // task.completed.<type>: one it did not send as a request, or whose request
-// no orchestrator confirmed (serveReports).
+// no orchestrator confirmed (serveDirect).
 func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) error {
 	return o.acceptReport(ctx, subject.TypeFromCompleted(msg.Subject()), msg.Subject(), msg.Data())
 }

@@ -60,7 +60,7 @@ func forgeReport(t *testing.T, js jetstream.JetStream, running *task.Task, subj,
 }
 
 // forgeDirect sends the same forged report as a direct report (a request
-// on subj, an ax.report subject): the orchestrator must answer it (no
+// on subj, an ax.direct subject): the orchestrator must answer it (no
 // error: dropped, as a stored one is) without applying it.
 func forgeDirect(t *testing.T, nc *nats.Conn, running *task.Task, subj, typ, token string) {
 	t.Helper()
@@ -72,7 +72,7 @@ func forgeDirect(t *testing.T, nc *nats.Conn, running *task.Task, subj, typ, tok
 	if err != nil {
 		t.Fatalf("direct report on %s: %v", subj, err)
 	}
-	var rep task.ReportReply
+	var rep task.DirectReply
 	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Error != "" {
 		t.Fatalf("direct report on %s answered %q (%v); want dropped", subj, m.Data, err)
 	}
@@ -120,7 +120,7 @@ func TestReportNeedsItsExecutionsToken(t *testing.T) {
 	for _, tok := range []string{"", testenv.Token(t, nc, running.ID, "another-execution"),
 		testenv.Token(t, nc, "another-task", running.ExecutionID), "AAAAAAAAAAAAAAAAAAAAAA", "not a token"} {
 		forgeReport(t, js, running, subject.Completed(running.Type), running.Type, tok)
-		forgeDirect(t, nc, running, subject.Report(running.Type), running.Type, tok)
+		forgeDirect(t, nc, running, subject.Direct(subject.Completed(running.Type)), running.Type, tok)
 	}
 	forgeriesIgnored(t, c, release)
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/codec"
+	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/object"
@@ -57,6 +59,8 @@ type Client struct {
 	store    *store.Store
 	objects  *object.Stores
 	ownsConn bool
+	// direct hands submissions to the orchestrators before storing them.
+	direct *direct.Sender
 	// MaxPayload is checked client-side before submitting. Default 256 KiB.
 	// With a Codec it bounds the encoded payload, as the orchestrator does.
 	MaxPayload int
@@ -109,7 +113,7 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, store: st, objects: object.New(js)}, nil
+	return &Client{nc: nc, js: js, store: st, objects: object.New(js), direct: direct.New(nc, nil)}, nil
 }
 
 // Close closes the connection if the client opened it.
@@ -136,8 +140,11 @@ func (c *Client) prepare(ctx context.Context, s *task.Spec) error {
 }
 
 // Submit validates spec, fills its defaults and id (a sortable unique id when
-// empty) and publishes it on task.submit.<type>. It returns once JetStream
-// has stored the submission: the task will not be lost. Submitting an id
+// empty) and hands it to the orchestrators: directly (a request on
+// ax.direct.task.submit…, answered once an orchestrator created the task or
+// recorded its rejection), or, when none answers so, stored on
+// task.submit-p<N>.<type>. It returns once the task exists or JetStream
+// has stored the submission: either way the task will not be lost. Submitting an id
 // again never creates a second task; submitting an id whose earlier
 // submission was rejected has it evaluated anew. Fields left unset take
 // their defaults (see task.Spec).
@@ -152,10 +159,14 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	return spec.ID, c.publishSpec(ctx, subject.SubmitLane(spec.PriorityLevel(), spec.Type), spec.ID, data)
 }
 
-// publishSpec publishes a prepared spec's body on subj and waits for
-// JetStream to store it; a body JetStream de-duplicated is handled by
-// resubmitIfRejected.
+// publishSpec hands a prepared spec's body to the orchestrators directly
+// (one creates the task, or records its rejection, before it answers), or
+// else publishes it on subj and waits for JetStream to store it; a body
+// JetStream de-duplicated is handled by resubmitIfRejected.
 func (c *Client) publishSpec(ctx context.Context, subj, id string, data []byte) error {
+	if ok, _ := c.direct.Send(ctx, submission(ctx, subj, data)); ok {
+		return nil
+	}
 	ack, err := c.js.PublishMsg(ctx, submission(ctx, subj, data), jetstream.WithMsgID(msgID(id, data)))
 	if err != nil {
 		return fmt.Errorf("submit task %s: %w", id, err)
@@ -219,6 +230,9 @@ func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, 
 	data, err := json.Marshal(g)
 	if err != nil {
 		return nil, fmt.Errorf("encode graph: %w", err)
+	}
+	if ok, _ := c.direct.Send(ctx, submission(ctx, subject.GraphSubmit, data)); ok {
+		return ids, nil
 	}
 	if _, err := c.js.PublishMsg(ctx, submission(ctx, subject.GraphSubmit, data), jetstream.WithMsgID(msgID("graph-"+ids[0], data))); err != nil {
 		return nil, fmt.Errorf("submit graph: %w", err)
@@ -550,12 +564,19 @@ func (c *Client) Rejections(ctx context.Context, limit int) ([]task.Rejection, e
 	}
 }
 
-// SubmitMany submits specs with pipelined publishes (far faster than one
-// Submit at a time) and returns their ids once JetStream stored them all.
+// directManyMax is the largest SubmitMany handed to the orchestrators
+// directly, each spec its own request, all in flight at once; a larger one
+// is a burst, which goes to the submission queues.
+const directManyMax = 32
+
+// SubmitMany submits specs and returns their ids once each task exists or
+// its submission is stored. Up to 32 specs go to the orchestrators
+// directly, as Submit's do, all at once; more (and any not taken directly)
+// are published pipelined (far faster than one Submit at a time) and
+// stored.
 func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, error) {
 	ids := make([]string, len(specs))
 	bodies := make([][]byte, len(specs))
-	futures := make([]jetstream.PubAckFuture, 0, len(specs))
 	for i := range specs {
 		if err := c.prepare(ctx, &specs[i]); err != nil {
 			return nil, err
@@ -564,18 +585,24 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err != nil {
 			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
 		}
-		f, err := c.js.PublishMsgAsync(submission(ctx, subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type), data), jetstream.WithMsgID(msgID(specs[i].ID, data)))
-		if err != nil {
-			return nil, fmt.Errorf("submit task %s: %w", specs[i].ID, err)
-		}
 		ids[i], bodies[i] = specs[i].ID, data
-		futures = append(futures, f)
 	}
-	for i, f := range futures {
+	subj := func(i int) string { return subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type) }
+	left := c.submitDirect(ctx, len(specs), subj, bodies)
+	futures := make([]jetstream.PubAckFuture, len(left))
+	for k, i := range left {
+		f, err := c.js.PublishMsgAsync(submission(ctx, subj(i), bodies[i]), jetstream.WithMsgID(msgID(ids[i], bodies[i])))
+		if err != nil {
+			return nil, fmt.Errorf("submit task %s: %w", ids[i], err)
+		}
+		futures[k] = f
+	}
+	for k, f := range futures {
+		i := left[k]
 		select {
 		case ack := <-f.Ok():
 			if ack.Duplicate {
-				if err := c.resubmitIfRejected(ctx, subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type), ids[i], bodies[i]); err != nil {
+				if err := c.resubmitIfRejected(ctx, subj(i), ids[i], bodies[i]); err != nil {
 					return ids, err
 				}
 			}
@@ -586,6 +613,32 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		}
 	}
 	return ids, nil
+}
+
+// submitDirect hands up to directManyMax submissions to the orchestrators
+// directly, concurrently, and returns the indexes of those not applied
+// (all of them for a larger batch), in order.
+func (c *Client) submitDirect(ctx context.Context, n int, subj func(int) string, bodies [][]byte) []int {
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	if n > directManyMax {
+		return all
+	}
+	applied := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { applied[i], _ = c.direct.Send(ctx, submission(ctx, subj(i), bodies[i])) })
+	}
+	wg.Wait()
+	left := all[:0]
+	for i := range n {
+		if !applied[i] {
+			left = append(left, i)
+		}
+	}
+	return left
 }
 
 // TaskIDs lists the ids of tasks whose id starts with prefix (an empty

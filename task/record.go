@@ -411,14 +411,15 @@ const (
 	ClaimNotFound ClaimStatus = "not_found"
 )
 
-// ReportReply is the orchestrator's answer to a Report sent as a request on
-// ax.report.<type>. An empty Error means the report was applied (or,
-// invalid, dropped with a logged reason, as it would be from the stream):
-// it must not be sent again. Any other answer, or none, and the executor
-// publishes the report on task.completed.<type>, where it is applied once
-// an orchestrator can.
-type ReportReply struct {
-	// Error says why the report was not applied.
+// DirectReply is the orchestrator's answer to a direct request: a
+// submission, graph or report sent on ax.direct.<the subject it would be
+// stored on> (see subjects.md). An empty Error means it was applied (or,
+// invalid, handled as a stored one would be: a submission rejected, a
+// report dropped with a logged reason): it must not be sent again. Any
+// other answer, or none, and the sender stores it on its own subject,
+// where it is applied once an orchestrator can.
+type DirectReply struct {
+	// Error says why the request was not applied.
 	Error string `json:"error,omitempty"`
 }
 

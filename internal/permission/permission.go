@@ -292,8 +292,8 @@ func orchestrator(objects []string) Permissions {
 	for _, b := range objects {
 		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
 	}
-	p.Subscribe.Allow = []string{subject.ClaimAll, subject.ReportAll}
-	p.AllowResponses = true // claim and direct-report replies
+	p.Subscribe.Allow = []string{subject.ClaimAll, subject.DirectAll}
+	p.AllowResponses = true // claim and direct-request replies
 	return p
 }
 
@@ -324,7 +324,7 @@ func executor(capabilities, types, objects []string) Permissions {
 		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.ReadyCapability(c))
 	}
 	for _, t := range types {
-		p.Publish.Allow = append(p.Publish.Allow, subject.Report(t), subject.Completed(t))
+		p.Publish.Allow = append(p.Publish.Allow, withDirect(subject.Completed(t))...)
 	}
 	// Aggregators read their shards' markers; handlers read upstream
 	// results (of any capability) and their own job's objects.
@@ -333,9 +333,11 @@ func executor(capabilities, types, objects []string) Permissions {
 	return p
 }
 
+// submitSubjects are the subjects a role submitting types (all: none
+// given) publishes: each stored one and its direct request.
 func submitSubjects(types []string) []string {
 	if len(types) == 0 {
-		return subject.SubmitSubjects()
+		return withDirect(subject.SubmitSubjects()...)
 	}
 	var out []string
 	for _, t := range types {
@@ -343,6 +345,17 @@ func submitSubjects(types []string) []string {
 		for lvl := range subject.Priorities {
 			out = append(out, subject.SubmitLane(lvl, t))
 		}
+	}
+	return withDirect(out...)
+}
+
+// withDirect returns subjects and, for each, its direct request
+// (subject.Direct): the right to store a message and to hand it to the
+// orchestrators directly go together.
+func withDirect(subjects ...string) []string {
+	out := make([]string, 0, 2*len(subjects))
+	for _, s := range subjects {
+		out = append(out, s, subject.Direct(s))
 	}
 	return out
 }

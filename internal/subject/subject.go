@@ -148,10 +148,10 @@ const (
 	rejectedPrefix  = "ax.rejected."
 	cancelPrefix    = "ax.signal.cancel."
 	claimPrefix     = "ax.claim."
-	reportPrefix    = "ax.report."
-	// ReportAll is every direct-report subject; the orchestrators answer
+	directPrefix    = "ax.direct."
+	// DirectAll is every direct request (Direct); the orchestrators answer
 	// it as one queue group.
-	ReportAll = "ax.report.>"
+	DirectAll = "ax.direct.>"
 	// ClaimAll is every claim subject; the orchestrators answer it as one
 	// queue group.
 	ClaimAll = "ax.claim.*"
@@ -232,15 +232,20 @@ func ReadyConsumer(capability string, priority int) string {
 // Completed is where executors report an attempt of a task type.
 func Completed(taskType string) string { return completedPrefix + taskType }
 
-// Report is where an executor sends an attempt's report of a task type as
-// a core NATS request (task.ReportReply): the orchestrator answering it
-// applies the report before it replies, so the report is never stored on
-// its own. Without a reply that says it was applied, the executor publishes
-// the report on Completed instead.
-func Report(taskType string) string { return reportPrefix + taskType }
+// Direct is the subject of a direct request for what would otherwise be
+// stored on subj: a submission (task.submit…, task.graph.submit) or an
+// attempt's report (task.completed.<type>), sent as a core NATS request
+// (answered with task.DirectReply). The orchestrator that takes it applies
+// it before it replies, so it is never stored on its own; without a reply
+// that says it was applied, the sender stores it on subj instead. The
+// rights to publish subj and Direct(subj) go together (deploy/security).
+func Direct(subj string) string { return directPrefix + subj }
 
-// TypeFromReport is the task type of a report subject (Report).
-func TypeFromReport(subj string) string { return strings.TrimPrefix(subj, reportPrefix) }
+// StoredFromDirect is the subject a direct request stands for (Direct).
+func StoredFromDirect(subj string) string { return strings.TrimPrefix(subj, directPrefix) }
+
+// IsCompleted reports whether subj is a report's (Completed).
+func IsCompleted(subj string) bool { return strings.HasPrefix(subj, completedPrefix) }
 
 // TypeFromCompleted is the task type of a completed subject (Completed).
 func TypeFromCompleted(subj string) string { return strings.TrimPrefix(subj, completedPrefix) }

@@ -3,6 +3,7 @@ package orchestrator_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,36 +17,63 @@ import (
 	"github.com/ax-run/ax/task"
 )
 
-// storedReports is how many reports were ever stored on AX_COMPLETED.
-func storedReports(t *testing.T, js jetstream.JetStream) uint64 {
+// stored is how many messages were ever stored on a stream.
+func stored(t *testing.T, js jetstream.JetStream, stream string) uint64 {
 	t.Helper()
-	st, err := js.Stream(context.Background(), subject.StreamCompleted)
+	st, err := js.Stream(context.Background(), stream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st.CachedInfo().State.LastSeq
 }
 
-// With an orchestrator running, reports go to it directly: each is applied
-// before it is answered, and none is stored on AX_COMPLETED.
-func TestReportsAppliedDirectly(t *testing.T) {
+func storedReports(t *testing.T, js jetstream.JetStream) uint64 {
+	return stored(t, js, subject.StreamCompleted)
+}
+
+// With an orchestrator running, submissions (Submit, a small SubmitMany,
+// SubmitGraph) and reports go to it directly: each is applied before it is
+// answered, and none is stored on AX_SUBMIT or AX_COMPLETED.
+func TestDirectRequests(t *testing.T) {
 	t.Parallel()
 	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
 	js, _ := jetstream.New(c.Conn())
 	ctx := testenv.Context(t, time.Minute)
 	const n = 50
-	for i := range n {
+	for i := range n - 10 {
 		if _, err := c.Submit(ctx, newSpec(fmt.Sprint("direct-", i), "ok")); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var many []task.Spec
+	for i := n - 10; i < n-2; i++ {
+		many = append(many, newSpec(fmt.Sprint("direct-", i), "ok"))
+	}
+	if _, err := c.SubmitMany(ctx, many); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubmitGraph(ctx, []task.Spec{newSpec(fmt.Sprint("direct-", n-2), "ok"),
+		newSpec(fmt.Sprint("direct-", n-1), "ok", fmt.Sprint("direct-", n-2))}); err != nil {
+		t.Fatal(err)
 	}
 	for i := range n {
 		if got, err := c.Wait(ctx, fmt.Sprint("direct-", i)); err != nil || got.State != task.Succeeded {
 			t.Fatalf("direct-%d: %+v %v", i, got, err)
 		}
 	}
-	if got := storedReports(t, js); got != 0 {
-		t.Fatalf("%d reports stored on %s; want none (all applied directly)", got, subject.StreamCompleted)
+	for _, st := range []string{subject.StreamSubmit, subject.StreamCompleted} {
+		if got := stored(t, js, st); got != 0 {
+			t.Fatalf("%d messages stored on %s; want none (all applied directly)", got, st)
+		}
+	}
+	// A direct submission without an id is not taken (stored, it gets an
+	// id that is the same on every redelivery).
+	m, err := c.Conn().Request(subject.Direct(subject.Submit("ok")), []byte(`{"type":"ok"}`), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(m.Data), "needs an id") {
+		t.Fatalf("id-less direct submission answered %s", m.Data)
 	}
 }
 
@@ -72,6 +100,7 @@ func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
 		<-release
 		return "done while no orchestrator ran", nil
 	})
+	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
 	js, _ := jetstream.New(c.Conn())
@@ -88,6 +117,13 @@ func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
 	}
 	close(release)
 	testenv.Eventually(t, time.Minute, "the report stored", func() bool { return storedReports(t, js) == 1 })
+	// A submission meanwhile is stored too, and created later.
+	if _, err := c.Submit(ctx, newSpec("while-down", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, js, subject.StreamSubmit); got != 1 {
+		t.Fatalf("%d submissions stored; want 1 (the first one, taken directly, is not)", got)
+	}
 	if got, err := c.Get(ctx, "orphan-report"); err != nil || got.State.Terminal() {
 		t.Fatalf("before an orchestrator runs again: %+v %v; want not ended yet", got, err)
 	}
@@ -95,6 +131,9 @@ func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
 	got, err := c.Wait(ctx, "orphan-report")
 	if err != nil || got.State != task.Succeeded || string(got.Result) != `"done while no orchestrator ran"` {
 		t.Fatalf("orphan-report: %+v %v; want succeeded with the stored report's result", got, err)
+	}
+	if got, err := c.Wait(ctx, "while-down"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("while-down: %+v %v", got, err)
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times; want once", n)

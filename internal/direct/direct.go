@@ -1,0 +1,76 @@
+// Package direct sends a message to the orchestrators as a direct request
+// (subject.Direct) before it would be stored: the orchestrator that takes
+// it applies it and only then answers, so the message costs no stored
+// write of its own. Send reports whether it was applied; when it was not
+// (any other answer, no orchestrator, a timeout), the caller stores the
+// message on its own subject as it always could.
+package direct
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+const (
+	// Timeout bounds one direct request: a little longer than an
+	// orchestrator takes at most to apply it.
+	Timeout = 5 * time.Second
+	// Pause: after a direct request got no answer in time (no
+	// orchestrator took it, or the server refused the subject, as a
+	// permission configuration older than direct requests does), messages
+	// are stored for this long before the next is sent directly.
+	Pause = 30 * time.Second
+)
+
+// Sender sends direct requests on one connection. Its zero value is not
+// usable: use New.
+type Sender struct {
+	nc *nats.Conn
+	// paused is when (Unix ns) messages are next sent directly.
+	paused atomic.Int64
+	// onPause is told why a pause began.
+	onPause func(subj string, err error)
+}
+
+// New returns a Sender on nc. onPause, when not nil, is called (once per
+// pause) with the subject and error of the request that began a pause.
+func New(nc *nats.Conn, onPause func(subj string, err error)) *Sender {
+	return &Sender{nc: nc, onPause: onPause}
+}
+
+// Send sends msg (its stored subject, data and headers) as a direct
+// request and reports whether an orchestrator answered that it applied it.
+// On false, with the reason, the caller stores msg instead.
+func (s *Sender) Send(parent context.Context, msg *nats.Msg) (bool, string) {
+	now := time.Now().UnixNano()
+	if now < s.paused.Load() {
+		return false, "direct requests paused"
+	}
+	ctx, cancel := context.WithTimeout(parent, Timeout)
+	defer cancel()
+	req := &nats.Msg{Subject: subject.Direct(msg.Subject), Data: msg.Data, Header: msg.Header}
+	rep, err := s.nc.RequestMsgWithContext(ctx, req)
+	if err != nil {
+		// No responders answers at once (no orchestrator running, or only
+		// ones older than direct requests): store this one, try the next.
+		// A timeout of ours may be a refused subject: pause.
+		if !errors.Is(err, nats.ErrNoResponders) && parent.Err() == nil &&
+			s.paused.Swap(time.Now().Add(Pause).UnixNano()) < now && s.onPause != nil {
+			s.onPause(req.Subject, err)
+		}
+		return false, err.Error()
+	}
+	var r task.DirectReply
+	if err := json.Unmarshal(rep.Data, &r); err != nil {
+		return false, "unreadable reply: " + err.Error()
+	}
+	return r.Error == "", r.Error
+}

@@ -1,0 +1,165 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Direct requests. A producer's submission or graph, and an executor's
+// report, are first sent as a core NATS request on ax.direct.<the subject
+// they would be stored on>; the orchestrator that takes one applies it
+// (creates the tasks, or applies the outcome: the same checks,
+// compare-and-sets and effects as from the stream) and only then replies.
+// The message itself is never stored: with fsync on every write that is one
+// fsync less per submission and per attempt, and in any mode one delivery
+// and ack less. Any answer but "applied", or none, and the sender stores
+// the message on its own subject as before, where it waits durably for an
+// orchestrator. Applying one twice is harmless (a second creation finds
+// the task, a second report finds the attempt ended and only ensures its
+// effects), so a reply lost after the write costs one redundant stored
+// message, never a second task or outcome.
+
+// directTimeout bounds one direct request's application; senders wait a
+// little longer before they store the message instead.
+const directTimeout = 4 * time.Second
+
+// directBacklog bounds the direct requests waiting for a worker: beyond it
+// an orchestrator answers "busy" at once and the sender stores the message,
+// so a burst goes to the queues, and the wait ahead of a direct request is
+// never long.
+func (o *Orchestrator) directBacklog() int { return 4 * o.cfg.Workers }
+
+// serveDirect answers direct requests (ax.direct.>) until ctx ends, in one
+// queue group with the other orchestrators, on o.cfg.Workers workers owned
+// by o.bg. When ctx ends, the requests still queued are answered
+// "stopping", so their senders store them at once.
+func (o *Orchestrator) serveDirect(ctx context.Context) error {
+	ch := make(chan *nats.Msg, o.directBacklog())
+	sub, err := o.nc.QueueSubscribe(subject.DirectAll, claimQueue, func(m *nats.Msg) {
+		select {
+		case ch <- m:
+		default:
+			o.replyDirect(m, "orchestrator busy: store it")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", subject.DirectAll, err)
+	}
+	// No slow-consumer drops: the callback never blocks, the channel
+	// bounds what waits.
+	_ = sub.SetPendingLimits(-1, -1)
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+		for {
+			select {
+			case m := <-ch:
+				o.replyDirect(m, "orchestrator stopping: store it")
+			default:
+				return
+			}
+		}
+	}()
+	for range o.cfg.Workers {
+		o.bg.Add(1)
+		go func() {
+			defer o.bg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m := <-ch:
+					o.answerDirect(ctx, m)
+				}
+			}
+		}()
+	}
+	return nil
+}
+
+// answerDirect applies one direct request and replies.
+func (o *Orchestrator) answerDirect(ctx context.Context, m *nats.Msg) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directTimeout)
+	defer cancel()
+	stored := subject.StoredFromDirect(m.Subject)
+	var err error
+	switch {
+	case subject.IsCompleted(stored):
+		err = o.acceptReport(rctx, subject.TypeFromCompleted(stored), stored, m.Data)
+	case stored == subject.GraphSubmit:
+		err = o.tracedSubmit(rctx, directMsg{m, stored})
+	case isSubmission(stored):
+		if !hasID(m.Data) {
+			// Its id would be random here: stored, it gets one that is
+			// the same on every redelivery.
+			err = errors.New("a direct submission needs an id")
+			break
+		}
+		err = o.tracedSubmit(rctx, directMsg{m, stored})
+	default:
+		err = fmt.Errorf("%s is not a direct subject", m.Subject)
+	}
+	var reason string
+	if err != nil {
+		o.log.Debug("direct request not applied; its sender stores it", slog.String("subject", m.Subject), slog.Any("error", err))
+		reason = err.Error()
+	}
+	o.replyDirect(m, reason)
+}
+
+func isSubmission(subj string) bool {
+	_, ok := subject.TypeFromSubmit(subj)
+	return ok
+}
+
+// hasID reports whether a submission's body names its task's id.
+func hasID(data []byte) bool {
+	var probe struct {
+		ID string `json:"id"`
+	}
+	return json.NewDecoder(bytes.NewReader(data)).Decode(&probe) == nil && probe.ID != ""
+}
+
+// replyDirect answers a direct request: applied when reason is empty.
+func (o *Orchestrator) replyDirect(m *nats.Msg, reason string) {
+	data, _ := json.Marshal(task.DirectReply{Error: reason})
+	if err := m.Respond(data); err != nil {
+		o.log.Debug("direct reply not sent", slog.Any("error", err))
+	}
+}
+
+// directMsg presents a direct request to the stream handlers as the
+// message it stands for, on its stored subject. It has no stream metadata
+// and nothing to acknowledge: the reply does that.
+type directMsg struct {
+	m      *nats.Msg
+	stored string
+}
+
+var errNotStored = errors.New("a direct request is not a stored message")
+
+func (d directMsg) Metadata() (*jetstream.MsgMetadata, error) { return nil, errNotStored }
+func (d directMsg) Data() []byte                              { return d.m.Data }
+func (d directMsg) Headers() nats.Header                      { return d.m.Header }
+func (d directMsg) Subject() string                           { return d.stored }
+func (d directMsg) Reply() string                             { return d.m.Reply }
+func (d directMsg) Ack() error                                { return nil }
+func (d directMsg) DoubleAck(context.Context) error           { return nil }
+func (d directMsg) Nak() error                                { return nil }
+func (d directMsg) NakWithDelay(time.Duration) error          { return nil }
+func (d directMsg) InProgress() error                         { return nil }
+func (d directMsg) Term() error                               { return nil }
+func (d directMsg) TermWithReason(string) error               { return nil }
