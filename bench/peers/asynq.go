@@ -159,6 +159,7 @@ func runAsynq(ctx context.Context, cfg Config, opt AsynqOptions) (res Result, er
 	if res.Durability, err = asynqDurability(ctx, rdb); err != nil {
 		return res, err
 	}
+	res.Store = fmt.Sprintf("db %d, queue %s", db, queue)
 	res.Tuning = fmt.Sprintf("%d workers (Concurrency), TaskCheckInterval %s, %d concurrent enqueuers (no batch enqueue); Redis db %d, queue %s (its keys deleted after)",
 		cfg.Workers, opt.CheckInterval, opt.Enqueuers, db, queue)
 	res.Notes = []string{

@@ -34,6 +34,9 @@ type Result struct {
 	Version string `json:"version"`
 	// Durability is what the server was configured with, read from it.
 	Durability Durability `json:"durability"`
+	// Store names where the run kept its jobs: a database, or a Redis
+	// database and queue, removed after the run.
+	Store string `json:"store"`
 	// Tuning says how the system was set up for the run.
 	Tuning string `json:"tuning"`
 	// Notes qualify the figures (what "done" means for the system).

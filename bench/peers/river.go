@@ -168,6 +168,7 @@ func runRiver(ctx context.Context, cfg Config, opt RiverOptions, log *slog.Logge
 	if err != nil {
 		return res, fmt.Errorf("river client: %w", err)
 	}
+	res.Store = db
 	res.Tuning = fmt.Sprintf("%d workers (MaxWorkers), FetchCooldown %s, LISTEN/NOTIFY, InsertManyFast (COPY) in batches of %d; pgx pool of %d; database %s (dropped after)",
 		cfg.Workers, opt.FetchCooldown, chunk, opt.MaxConns, db)
 	res.Notes = []string{"done = River's job_completed event, sent after its completer committed the job's completed state"}
