@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -162,9 +163,11 @@ func (o *Orchestrator) releaseParked(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	if info := st.CachedInfo(); info.Config.MaxBytes > 0 && info.State.Bytes > uint64(info.Config.MaxBytes)/2 {
+	info := st.CachedInfo()
+	if info.Config.MaxBytes > 0 && info.State.Bytes > uint64(info.Config.MaxBytes)/2 {
 		return
 	}
+	byteRoom := readyByteRoom(info.Config.MaxBytes, info.State.Bytes, info.State.Msgs)
 	for _, level := range levels {
 		capability, prio, ok := subject.ReadyParts(level)
 		if !ok {
@@ -175,7 +178,7 @@ func (o *Orchestrator) releaseParked(ctx context.Context) {
 		if err != nil || int(n) > perLevel/2 {
 			continue
 		}
-		room := perLevel - int(n)
+		room := min(perLevel-int(n), byteRoom)
 		for _, typ := range o.parked.take(level) {
 			if room <= 0 {
 				o.parked.add(level, typ)
@@ -191,8 +194,32 @@ func (o *Orchestrator) releaseParked(ctx context.Context) {
 				o.parked.add(level, typ) // more may wait: look again at the next tick
 			}
 			room -= released
+			byteRoom -= released
 		}
 	}
+}
+
+// releaseProbe is how many parked tasks are released into an empty
+// AX_READY bounded in bytes, whose dispatches' size is not known yet.
+const releaseProbe = 16
+
+// readyByteRoom is how many more dispatches fit below half of AX_READY's
+// bound in bytes, at the stored dispatches' average size (releaseProbe
+// while none is stored); without a bound in bytes, no limit. Releasing
+// more than fit would only park the rest again, each at the cost of a
+// write.
+func readyByteRoom(maxBytes int64, bytes, msgs uint64) int {
+	switch {
+	case maxBytes <= 0:
+		return math.MaxInt
+	case msgs == 0:
+		return releaseProbe
+	}
+	half := uint64(maxBytes) / 2
+	if bytes >= half {
+		return 0
+	}
+	return int((half - bytes) / max(1, bytes/msgs))
 }
 
 // restoreReady recreates AX_READY when it is gone (an in-memory one after
