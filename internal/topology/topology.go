@@ -314,16 +314,35 @@ func CapabilityObjectStore(o Options, capability string) jetstream.ObjectStoreCo
 // no replica count (o.Replicas 0) gets AX_OBJECTS's, so it is replicated
 // like the rest of the topology.
 func EnsureCapabilityObjects(ctx context.Context, js jetstream.JetStream, o Options, capability string) error {
+	name := "OBJ_" + subject.ObjectBucket(capability)
+	_, err := js.Stream(ctx, name)
+	switch {
+	case err == nil:
+		// Created already (its configuration is Ensure's, at start):
+		// only make sure of its leader reads. Creating it again would
+		// turn direct gets back on for a moment (an object store is
+		// created with them), and races other orchestrators.
+		return leaderReads(ctx, js, name)
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("look up %s: %w", name, err)
+	}
 	if o.Replicas <= 0 {
-		if _, err := js.Stream(ctx, "OBJ_"+subject.ObjectBucket(capability)); errors.Is(err, jetstream.ErrStreamNotFound) {
-			r, err := replicas(ctx, js, "OBJ_"+subject.BucketObjects, o)
-			if err != nil {
-				return err
-			}
-			o.Replicas = r
+		r, err := replicas(ctx, js, "OBJ_"+subject.BucketObjects, o)
+		if err != nil {
+			return err
+		}
+		o.Replicas = r
+	}
+	err = ensureObjectStore(ctx, js, o, CapabilityObjectStore(o, capability))
+	if err != nil {
+		// Another orchestrator creating it at the same moment makes this
+		// creation fail ("stream name already in use", or no answer on a
+		// cluster): if the store exists now, it is that one's.
+		if _, lookErr := js.Stream(ctx, name); lookErr == nil {
+			return leaderReads(ctx, js, name)
 		}
 	}
-	return ensureObjectStore(ctx, js, o, CapabilityObjectStore(o, capability))
+	return err
 }
 
 // ensureObjectStore creates or updates one object store, keeping its

@@ -2,6 +2,7 @@ package topology_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -162,4 +163,49 @@ func TestCapabilityObjectStores(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(2 * time.Hour)
+}
+
+// Orchestrators dispatching a capability's first tasks at the same moment
+// all create its object store: every one of them succeeds (the losers find
+// the winner's store), and the store keeps leader reads.
+func TestCapabilityObjectStoreCreatedConcurrently(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := topology.Ensure(ctx, mustJS(t, srv.URL()), topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	const racers = 8
+	var conns []jetstream.JetStream
+	for range racers {
+		conns = append(conns, mustJS(t, srv.URL())) // each its own connection, as orchestrators
+	}
+	for round := range 10 {
+		capability := fmt.Sprint("raced-", round)
+		errs := make(chan error, racers)
+		for _, js := range conns {
+			go func() { errs <- topology.EnsureCapabilityObjects(ctx, js, topology.Options{}, capability) }()
+		}
+		for range racers {
+			if err := <-errs; err != nil {
+				t.Fatalf("a racing creation of %s's store failed: %v", capability, err)
+			}
+		}
+		s, err := conns[0].Stream(ctx, "OBJ_"+subject.ObjectBucket(capability))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().Config.AllowDirect {
+			t.Fatalf("the store of %s allows direct gets", capability)
+		}
+	}
+}
+
+func mustJS(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(testenv.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
