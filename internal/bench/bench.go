@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -49,6 +48,11 @@ type Config struct {
 	SyncAlways bool
 	// Cluster runs three embedded servers in a cluster and R3 streams.
 	Cluster bool
+	// Orchestrators is how many orchestrators run, each on its own
+	// connection, sharing the streams and consumers as that many
+	// `ax orchestrator` processes would; on a cluster (or a URL listing
+	// several servers) they are spread over the servers. Default 1.
+	Orchestrators int
 	// ReadyInMemory keeps AX_READY in memory (orchestrator.TopologyOptions).
 	ReadyInMemory bool
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
@@ -77,8 +81,12 @@ type MirrorStats struct {
 
 // Result is a bench run's figures.
 type Result struct {
-	Phases []Phase      `json:"phases"`
-	Mirror *MirrorStats `json:"mirror,omitempty"`
+	// Orchestrators is how many orchestrators ran, and Servers over how
+	// many server URLs they were spread.
+	Orchestrators int          `json:"orchestrators"`
+	Servers       int          `json:"servers"`
+	Phases        []Phase      `json:"phases"`
+	Mirror        *MirrorStats `json:"mirror,omitempty"`
 	// Bare is bare JetStream's figure on the same server (Config.Bare).
 	Bare *Bare `json:"bare,omitempty"`
 }
@@ -106,6 +114,13 @@ type Phase struct {
 	// they store costs no disk write (and no fsync).
 	InMemory  map[string]bool `json:"in_memory,omitempty"`
 	TaskBytes float64         `json:"task_bytes_per_task"`
+	// Work is what the orchestrators did during the phase.
+	Work Work `json:"work"`
+	// DuplicateStarts counts handler runs of a task beyond its first, and
+	// DuplicateSuccesses succeeded transitions of a task beyond its first:
+	// each task of a phase is expected to run and succeed exactly once.
+	DuplicateStarts    int `json:"duplicate_starts"`
+	DuplicateSuccesses int `json:"duplicate_successes"`
 }
 
 // streamMarks is every AX stream's last sequence, and AX_TASKS's bytes.
@@ -188,6 +203,10 @@ type recorder struct {
 	done    []time.Duration
 	late    []time.Duration
 	pending map[string]bool
+	// startedIDs and succeededIDs are the tasks seen started and
+	// succeeded; dupStarts and dupSuccesses count them seen again.
+	startedIDs, succeededIDs map[string]bool
+	dupStarts, dupSuccesses  int
 	// submitting is true until every task of the phase was submitted.
 	submitting bool
 	allDone    chan struct{}
@@ -198,7 +217,8 @@ type recorder struct {
 }
 
 func newRecorder(ids int) *recorder {
-	return &recorder{pending: make(map[string]bool, ids), submitting: true, allDone: make(chan struct{})}
+	return &recorder{pending: make(map[string]bool, ids), startedIDs: make(map[string]bool, ids), succeededIDs: make(map[string]bool, ids),
+		submitting: true, allDone: make(chan struct{})}
 }
 
 // doneSubmitting marks the end of submission.
@@ -224,10 +244,15 @@ func (r *recorder) expect(ids []string) {
 	}
 }
 
-func (r *recorder) started(p payload) {
+func (r *recorder) started(id string, p payload) {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.startedIDs[id] {
+		r.dupStarts++
+		return
+	}
+	r.startedIDs[id] = true
 	if p.RunAtNanos > 0 {
 		r.late = append(r.late, now.Sub(time.Unix(0, p.RunAtNanos)))
 		return
@@ -245,9 +270,14 @@ func (r *recorder) started(p payload) {
 func (r *recorder) succeeded(id string, d time.Duration, at time.Time, delayed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.pending[id] {
+	if r.succeededIDs[id] {
+		r.dupSuccesses++
 		return
 	}
+	if !r.pending[id] {
+		return // not this phase's
+	}
+	r.succeededIDs[id] = true
 	delete(r.pending, id)
 	if !delayed {
 		r.done = append(r.done, d)
@@ -311,21 +341,23 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Cluster {
 		topo.Replicas = 3
 	}
-	st, err := startStack(ctx, url, cfg.NATSOptions, topo, cfg.Capacity, log, func(ex *executor.Executor) {
-		ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
-			var p payload
-			if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
-				if r := rec.get(); r != nil {
-					r.started(p)
+	st, err := startStack(ctx, stackConfig{url: url, opts: cfg.NATSOptions, topo: topo, capacity: cfg.Capacity,
+		orchestrators: max(cfg.Orchestrators, 1), log: log, register: func(ex *executor.Executor) {
+			ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
+				var p payload
+				if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {
+					if r := rec.get(); r != nil {
+						r.started(j.ID, p)
+					}
 				}
-			}
-			return nil, nil
-		})
-	})
+				return nil, nil
+			})
+		}})
 	if err != nil {
 		return res, err
 	}
 	defer st.close()
+	res.Orchestrators, res.Servers = len(st.orchs), st.servers
 	connect := st.connect
 
 	wnc, err := connect()
@@ -365,10 +397,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if err != nil {
 			return err
 		}
+		worked := st.mark()
 		p, err := run()
 		if err != nil {
 			return err
 		}
+		p.Work = st.work(ctx, worked, p.Tasks+p.DelayedTasks)
 		if err := p.stored(ctx, js, before); err != nil {
 			return err
 		}
@@ -619,66 +653,6 @@ func phase(name string, n int, elapsed time.Duration, r *recorder) Phase {
 		SubmitToStart:   percentiles(r.start),
 		SubmitToDone:    percentiles(r.done),
 		DelayedLateness: percentiles(r.late),
-	}
-}
-
-// stack is an orchestrator and an executor running in this process against
-// a server, plus the connections a bench opens; close stops and closes all.
-type stack struct {
-	url   string
-	opts  []nats.Option
-	orch  *orchestrator.Orchestrator
-	ex    *executor.Executor
-	conns []*nats.Conn
-}
-
-// startStack starts an orchestrator and an executor whose handlers
-// register installs.
-func startStack(ctx context.Context, url string, opts []nats.Option, topo orchestrator.TopologyOptions, capacity float64, log zerolog.Logger, register func(*executor.Executor)) (*stack, error) {
-	st := &stack{url: url, opts: opts}
-	onc, err := st.connect()
-	if err != nil {
-		return st, err
-	}
-	if st.orch, err = orchestrator.New(onc, orchestrator.Config{NodeID: "bench-orchestrator", Logger: slog.New(zerolog.NewSlogHandler(log)), Topology: topo}); err == nil {
-		err = st.orch.Start(ctx)
-	}
-	if err != nil {
-		st.close()
-		return nil, err
-	}
-	enc, err := st.connect()
-	if err == nil {
-		st.ex, err = executor.New(enc, executor.Config{ID: "bench-executor", Capacity: capacity, Logger: slog.New(zerolog.NewSlogHandler(log))})
-	}
-	if err == nil {
-		register(st.ex)
-		err = st.ex.Start(ctx)
-	}
-	if err != nil {
-		st.close()
-		return nil, err
-	}
-	return st, nil
-}
-
-// connect opens a connection that close closes.
-func (s *stack) connect() (*nats.Conn, error) {
-	nc, err := nats.Connect(s.url, append([]nats.Option{nats.MaxReconnects(-1)}, s.opts...)...)
-	if err == nil {
-		s.conns = append(s.conns, nc)
-	}
-	return nc, err
-}
-
-func (s *stack) close() {
-	if s.ex != nil {
-		_ = s.ex.Stop(context.Background())
-	}
-	if s.orch != nil {
-		_ = s.orch.Stop(context.Background())
-	}
-	for _, nc := range s.conns {
-		nc.Close()
+		DuplicateStarts: r.dupStarts, DuplicateSuccesses: r.dupSuccesses,
 	}
 }

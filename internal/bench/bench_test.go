@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/ax-run/ax/internal/testenv"
 )
 
 // BenchmarkEndToEnd runs b.N no-op tasks through the whole path on an
@@ -43,6 +45,43 @@ func TestRunSmall(t *testing.T) {
 	for _, p := range phases {
 		if p.SubmitToDone.Max <= 0 || p.SubmitToStart.P50 <= 0 || p.TasksPerSec <= 0 {
 			t.Fatalf("phase %s measured nothing: %+v", p.Name, p)
+		}
+	}
+}
+
+// TestRunTwoOrchestrators runs a tiny bench with two orchestrators sharing
+// the consumers: every task must run and succeed exactly once, and both
+// orchestrators must have written task records.
+func TestRunTwoOrchestrators(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{Orchestrators: 2, Tasks: 500, Rate: 300, Duration: time.Second, Delayed: 5, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Orchestrators != 2 || res.Servers != 1 {
+		t.Fatalf("result says %d orchestrators over %d servers, want 2 over 1", res.Orchestrators, res.Servers)
+	}
+	if len(res.Phases) != 2 || res.Phases[0].Tasks != 500 || res.Phases[1].Tasks != 300 || res.Phases[1].DelayedTasks != 5 {
+		t.Fatalf("phases %+v", res.Phases)
+	}
+	writes := make([]float64, 2)
+	for _, p := range res.Phases {
+		if p.DuplicateStarts != 0 || p.DuplicateSuccesses != 0 {
+			t.Errorf("phase %s: %d tasks ran again, %d succeeded again", p.Name, p.DuplicateStarts, p.DuplicateSuccesses)
+		}
+		w := p.Work
+		if len(w.WriteShare) != 2 || w.WritesPerTask <= 0 {
+			t.Fatalf("phase %s: work %+v, want two orchestrators' shares of the writes", p.Name, w)
+		}
+		for i, share := range w.WriteShare {
+			writes[i] += share * w.WritesPerTask * float64(p.Tasks+p.DelayedTasks)
+		}
+		t.Logf("%s: %.2f reads, %.2f writes per task; write shares %.2f; redelivered %v", p.Name, w.ReadsPerTask, w.WritesPerTask, w.WriteShare, w.Redelivered)
+	}
+	for i, n := range writes {
+		if n < 1 {
+			t.Errorf("orchestrator %d wrote no task record: the second one did not share the work", i+1)
 		}
 	}
 }

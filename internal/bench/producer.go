@@ -86,9 +86,10 @@ func Producer(ctx context.Context, cfg ProducerConfig) (ProducerResult, error) {
 		return res, err
 	}
 	defer stop()
-	st, err := startStack(ctx, url, cfg.NATSOptions, orchestrator.TopologyOptions{Replicas: 1}, 512, log, func(ex *executor.Executor) {
-		ex.HandleFunc(TypeBench, func(context.Context, *executor.Job) (any, error) { return nil, nil })
-	})
+	st, err := startStack(ctx, stackConfig{url: url, opts: cfg.NATSOptions, topo: orchestrator.TopologyOptions{Replicas: 1}, capacity: 512,
+		orchestrators: 1, log: log, register: func(ex *executor.Executor) {
+			ex.HandleFunc(TypeBench, func(context.Context, *executor.Job) (any, error) { return nil, nil })
+		}})
 	if err != nil {
 		return res, err
 	}

@@ -82,29 +82,30 @@ func shardsRun(ctx context.Context, cfg ShardsConfig, n int) (ShardsRun, error) 
 		return res, err
 	}
 	defer srv.Stop()
-	st, err := startStack(ctx, srv.URL(), nil, orchestrator.TopologyOptions{Replicas: 1}, cfg.Capacity, log, func(ex *executor.Executor) {
-		ex.HandleShards(TypeShards, executor.Sharded{
-			Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
-				shards := make([]executor.Shard, n)
-				for i := range shards {
-					shards[i].Payload = i
-				}
-				return shards, nil
-			},
-			Shard: func(context.Context, *executor.Job) (any, error) { return nil, nil },
-			Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
-				if s.Succeeded != n {
-					return nil, fmt.Errorf("%d of %d shards succeeded", s.Succeeded, n)
-				}
-				return s.Succeeded, nil
-			},
-		})
-	})
+	st, err := startStack(ctx, stackConfig{url: srv.URL(), topo: orchestrator.TopologyOptions{Replicas: 1}, capacity: cfg.Capacity,
+		orchestrators: 1, log: log, register: func(ex *executor.Executor) {
+			ex.HandleShards(TypeShards, executor.Sharded{
+				Plan: func(context.Context, *executor.Job) ([]executor.Shard, error) {
+					shards := make([]executor.Shard, n)
+					for i := range shards {
+						shards[i].Payload = i
+					}
+					return shards, nil
+				},
+				Shard: func(context.Context, *executor.Job) (any, error) { return nil, nil },
+				Aggregate: func(_ context.Context, _ *executor.Job, s *executor.ShardOutcomes) (any, error) {
+					if s.Succeeded != n {
+						return nil, fmt.Errorf("%d of %d shards succeeded", s.Succeeded, n)
+					}
+					return s.Succeeded, nil
+				},
+			})
+		}})
 	if err != nil {
 		return res, err
 	}
 	defer st.close()
-	orch, connect := st.orch, st.connect
+	orch, connect := st.orchs[0], st.connect
 	cnc, err := connect()
 	if err != nil {
 		return res, err

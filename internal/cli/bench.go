@@ -49,8 +49,9 @@ func benchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure no-op tasks end to end (submit → ready → executor → completed → succeeded)",
-		Long: `Runs an orchestrator and an executor in this process against an embedded
-NATS server (or --nats with --external) and measures two phases:
+		Long: `Runs an orchestrator (or --orchestrators of them, sharing the work as
+separate processes would) and an executor in this process against an
+embedded NATS server (or --nats with --embedded=false) and measures two phases:
   throughput: --tasks no-op tasks submitted as fast as possible; tasks/s from
               the first submit to the last success;
   steady:     --rate tasks/s for --duration; latency percentiles of
@@ -77,6 +78,11 @@ NATS server (or --nats with --external) and measures two phases:
 				return err
 			}
 			phases := res.Phases
+			fmt.Fprintf(g.stdout, "orchestrators: %d", res.Orchestrators)
+			if res.Servers > 1 {
+				fmt.Fprintf(g.stdout, ", spread over %d servers", res.Servers)
+			}
+			fmt.Fprintln(g.stdout)
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(w, "phase\ttasks\tseconds\ttasks/s\tstart p50\tp90\tp99\tmax\tdone p50\tp90\tp99\tmax\t")
 			for _, p := range phases {
@@ -109,6 +115,9 @@ NATS server (or --nats with --external) and measures two phases:
 					}
 				}
 				fmt.Fprintf(g.stdout, "), %.2f on disk; AX_TASKS %.0f bytes per task\n", onDisk, p.TaskBytes)
+			}
+			for _, p := range phases {
+				printWork(g, p)
 			}
 			for _, p := range phases {
 				if p.Backlog > 0 {
@@ -147,6 +156,7 @@ NATS server (or --nats with --external) and measures two phases:
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
 	f.BoolVar(&cfg.ReadyInMemory, "ready-in-memory", false, "keep AX_READY (the dispatches) in memory, as `ax orchestrator --ready-in-memory`")
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
+	f.IntVar(&cfg.Orchestrators, "orchestrators", 1, "orchestrators to run, each on its own connection, sharing the work as that many `ax orchestrator` processes (with --cluster: spread over the servers)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
 	f.IntVar(&cfg.Bare, "bare", 20000, "jobs for the bare JetStream reference loop on the same server (streams AX_BENCH_BARE_IN/OUT, removed after), printed beside AX's throughput (0 skips it)")
@@ -156,6 +166,35 @@ NATS server (or --nats with --external) and measures two phases:
 	cmd.AddCommand(benchShardsCmd(g))
 	cmd.AddCommand(benchProducerCmd(g))
 	return cmd
+}
+
+// printWork prints what the orchestrators did during phase p, and any task
+// that ran or succeeded more than once.
+func printWork(g *globals, p bench.Phase) {
+	w := p.Work
+	fmt.Fprintf(g.stdout, "\norchestrators during %s: %.2f task reads and %.2f writes per task", p.Name, w.ReadsPerTask, w.WritesPerTask)
+	if len(w.WriteShare) > 1 {
+		fmt.Fprint(g.stdout, "; writes by orchestrator")
+		for i, share := range w.WriteShare {
+			fmt.Fprintf(g.stdout, " %d: %.0f%%", i+1, 100*share)
+		}
+	}
+	consumers := make([]string, 0, len(w.Redelivered))
+	for c := range w.Redelivered {
+		consumers = append(consumers, c)
+	}
+	sort.Strings(consumers)
+	fmt.Fprint(g.stdout, "; redelivered:")
+	if len(consumers) == 0 {
+		fmt.Fprint(g.stdout, " none")
+	}
+	for _, c := range consumers {
+		fmt.Fprintf(g.stdout, " %s %d", c, w.Redelivered[c])
+	}
+	fmt.Fprintln(g.stdout)
+	if p.DuplicateStarts > 0 || p.DuplicateSuccesses > 0 {
+		fmt.Fprintf(g.stdout, "tasks run again: %d, succeeded again: %d\n", p.DuplicateStarts, p.DuplicateSuccesses)
+	}
 }
 
 func benchShardsCmd(g *globals) *cobra.Command {
