@@ -30,8 +30,9 @@ import (
 // effects), so a reply lost after the write costs one redundant stored
 // message, never a second task or outcome.
 
-// directTimeout bounds one direct request's application; senders wait a
-// little longer before they store the message instead.
+// directTimeout bounds one direct request, from its arrival to its
+// answer; senders (internal/direct) wait a little longer before they store
+// the message instead.
 const directTimeout = 4 * time.Second
 
 // directBacklog bounds the direct requests waiting for a worker: beyond it
@@ -45,10 +46,10 @@ func (o *Orchestrator) directBacklog() int { return 4 * o.cfg.Workers }
 // by o.bg. When ctx ends, the requests still queued are answered
 // "stopping", so their senders store them at once.
 func (o *Orchestrator) serveDirect(ctx context.Context) error {
-	ch := make(chan *nats.Msg, o.directBacklog())
+	ch := make(chan directRequest, o.directBacklog())
 	sub, err := o.nc.QueueSubscribe(subject.DirectAll, claimQueue, func(m *nats.Msg) {
 		select {
-		case ch <- m:
+		case ch <- directRequest{m, time.Now().Add(directTimeout)}:
 		default:
 			o.replyDirect(m, "orchestrator busy: store it")
 		}
@@ -66,8 +67,8 @@ func (o *Orchestrator) serveDirect(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		for {
 			select {
-			case m := <-ch:
-				o.replyDirect(m, "orchestrator stopping: store it")
+			case r := <-ch:
+				o.replyDirect(r.m, "orchestrator stopping: store it")
 			default:
 				return
 			}
@@ -81,8 +82,8 @@ func (o *Orchestrator) serveDirect(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m := <-ch:
-					o.answerDirect(ctx, m)
+				case r := <-ch:
+					o.answerDirect(ctx, r)
 				}
 			}
 		}()
@@ -90,9 +91,23 @@ func (o *Orchestrator) serveDirect(ctx context.Context) error {
 	return nil
 }
 
+// directRequest is a direct request and when its answer is due: its
+// sender waits directTimeout from its arrival, a little more than that.
+type directRequest struct {
+	m   *nats.Msg
+	due time.Time
+}
+
 // answerDirect applies one direct request and replies.
-func (o *Orchestrator) answerDirect(ctx context.Context, m *nats.Msg) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), directTimeout)
+func (o *Orchestrator) answerDirect(ctx context.Context, r directRequest) {
+	m := r.m
+	if time.Until(r.due) < directTimeout/4 {
+		// Waited too long for a worker to be applied in time: its
+		// sender would store it meanwhile, and pause direct requests.
+		o.replyDirect(m, "orchestrator busy: store it")
+		return
+	}
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.due)
 	defer cancel()
 	stored := subject.StoredFromDirect(m.Subject)
 	var err error

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
@@ -540,6 +541,9 @@ func throughput(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) 
 	return phase("throughput", n, elapsed, r), nil
 }
 
+// steadySubmitters bounds the steady phase's batches in flight.
+const steadySubmitters = 64
+
 func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d time.Duration, delayed int) (Phase, error) {
 	total := int(float64(rate) * d.Seconds())
 	r := newRecorder(total + delayed)
@@ -552,10 +556,15 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 	defer t.Stop()
 	begin := time.Now()
 	delayedSent := 0
+	// Open loop, as many producers: a tick's batch does not wait for the
+	// previous one's answer (a direct submission is answered once its
+	// task exists), up to steadySubmitters batches in flight.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(steadySubmitters)
 	for sent := 0; sent < total; {
 		select {
-		case <-ctx.Done():
-			return Phase{}, ctx.Err()
+		case <-gctx.Done():
+			return Phase{}, g.Wait()
 		case <-t.C:
 		}
 		// Catch up to the schedule if a tick was late.
@@ -578,10 +587,14 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 			ids[i] = s.ID
 		}
 		r.expect(ids)
-		if _, err := c.SubmitMany(ctx, batch); err != nil {
-			return Phase{}, err
-		}
+		g.Go(func() error {
+			_, err := c.SubmitMany(gctx, batch)
+			return err
+		})
 		sent += due
+	}
+	if err := g.Wait(); err != nil {
+		return Phase{}, err
 	}
 	r.doneSubmitting()
 	if err := waitAll(ctx, r, total+delayedSent); err != nil {
