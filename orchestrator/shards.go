@@ -324,11 +324,11 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by stri
 	if count < parent.Sharding.Shards {
 		return nil // the last shard's end moves it on (or the reconciler)
 	}
-	succeeded, err := o.fanin.CountState(ctx, id, task.Succeeded)
+	total := parent.Sharding.Shards
+	succeeded, err := o.shardsSucceeded(ctx, id, total)
 	if err != nil {
 		return err
 	}
-	total := parent.Sharding.Shards
 	_, err = o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
 		if t.State != task.Waiting || t.Phase != task.PhaseShards {
 			return nil, "", nil
@@ -350,6 +350,27 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by stri
 		}
 	})
 	return err
+}
+
+// shardsSucceeded counts the succeeded shards of a parent whose total
+// shards all ended. Each count is a read that a replica behind the stream
+// may answer (a consumer's pending count), and so a lower bound: the
+// counts by state are exact only if they add up to total (each shard has
+// one marker). Deciding on fewer could fail a parent whose shards
+// succeeded: the parent is counted again instead.
+func (o *Orchestrator) shardsSucceeded(ctx context.Context, id string, total int) (int, error) {
+	counts, err := o.fanin.Counts(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	ended := 0
+	for _, n := range counts {
+		ended += n
+	}
+	if ended < total {
+		return 0, fmt.Errorf("count the shards of %s: %d of %d ended by state, where all ended (a replica behind the stream answered); counting again", id, ended, total)
+	}
+	return counts[task.Succeeded], nil
 }
 
 // minSucceeded is how many of total shards must succeed under a

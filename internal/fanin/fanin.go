@@ -151,14 +151,19 @@ func (m *Markers) Forget(ctx context.Context, waiter string) error {
 }
 
 // CountExact returns how many members of waiter ended, counted by the
-// server as a short-lived consumer is created: exact, at a cost that grows
-// with the number of members (for a final check, not every completion).
+// server as a short-lived consumer is created: exact on the server that
+// hosts it, at a cost that grows with the number of members (for a final
+// check, not every completion). On a cluster that server may be a replica
+// behind the stream: the count is then lower, never higher, so a decision
+// must not rest on a count being short (see the orchestrator's
+// shardsSucceeded).
 func (m *Markers) CountExact(ctx context.Context, waiter string) (int, error) {
 	return m.countFiltered(ctx, waiter, subject.FanInWaiter(waiter))
 }
 
-// CountState returns how many members of waiter ended in state, exactly
-// (see CountExact).
+// CountState returns how many members of waiter ended in state, as
+// CountExact counts: never more than the truth, fewer from a replica
+// behind the stream.
 func (m *Markers) CountState(ctx context.Context, waiter string, state task.State) (int, error) {
 	return m.countFiltered(ctx, waiter, subject.FanInState(waiter, string(state)))
 }
