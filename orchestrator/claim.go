@@ -38,35 +38,10 @@ const (
 )
 
 // serveClaims answers claims (ax.claim.<capability>) until ctx ends, in
-// one queue group with the other orchestrators. The workers are owned by
-// o.bg.
+// one queue group with the other orchestrators (serveRequests).
 func (o *Orchestrator) serveClaims(ctx context.Context) error {
-	ch := make(chan *nats.Msg, claimBacklog)
-	sub, err := o.nc.ChanQueueSubscribe(subject.ClaimAll, claimQueue, ch)
-	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", subject.ClaimAll, err)
-	}
-	o.bg.Add(1)
-	go func() {
-		defer o.bg.Done()
-		<-ctx.Done()
-		_ = sub.Unsubscribe()
-	}()
-	for range claimWorkers {
-		o.bg.Add(1)
-		go func() {
-			defer o.bg.Done()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case m := <-ch:
-					o.answerClaim(ctx, m)
-				}
-			}
-		}()
-	}
-	return nil
+	return o.serveRequests(ctx, subject.ClaimAll, claimWorkers, claimBacklog,
+		func(ctx context.Context, r request) { o.answerClaim(ctx, r.m) }, nil)
 }
 
 // answerClaim decides one claim and replies.

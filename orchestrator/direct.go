@@ -42,72 +42,32 @@ const directTimeout = 4 * time.Second
 func (o *Orchestrator) directBacklog() int { return 4 * o.cfg.Workers }
 
 // serveDirect answers direct requests (ax.direct.>) until ctx ends, in one
-// queue group with the other orchestrators, on o.cfg.Workers workers owned
-// by o.bg. When ctx ends, the requests still queued are answered
-// "stopping", so their senders store them at once.
+// queue group with the other orchestrators (serveRequests). One that finds
+// no room, and when ctx ends each still waiting, is answered "busy" or
+// "stopping", so its sender stores it at once.
 func (o *Orchestrator) serveDirect(ctx context.Context) error {
-	ch := make(chan directRequest, o.directBacklog())
-	sub, err := o.nc.QueueSubscribe(subject.DirectAll, claimQueue, func(m *nats.Msg) {
-		select {
-		case ch <- directRequest{m, time.Now().Add(directTimeout)}:
-		default:
-			o.replyDirect(m, "orchestrator busy: store it")
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", subject.DirectAll, err)
-	}
-	// No slow-consumer drops: the callback never blocks, the channel
-	// bounds what waits.
-	_ = sub.SetPendingLimits(-1, -1)
-	o.bg.Add(1)
-	go func() {
-		defer o.bg.Done()
-		<-ctx.Done()
-		_ = sub.Unsubscribe()
-		for {
-			select {
-			case r := <-ch:
-				o.replyDirect(r.m, "orchestrator stopping: store it")
-			default:
-				return
+	return o.serveRequests(ctx, subject.DirectAll, o.cfg.Workers, o.directBacklog(), o.answerDirect,
+		func(m *nats.Msg) {
+			outcome := "busy"
+			if ctx.Err() != nil {
+				outcome = "stopping"
 			}
-		}
-	}()
-	for range o.cfg.Workers {
-		o.bg.Add(1)
-		go func() {
-			defer o.bg.Done()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case r := <-ch:
-					o.answerDirect(ctx, r)
-				}
-			}
-		}()
-	}
-	return nil
-}
-
-// directRequest is a direct request and when its answer is due: its
-// sender waits directTimeout from its arrival, a little more than that.
-type directRequest struct {
-	m   *nats.Msg
-	due time.Time
+			o.replyDirect(m, directKind(m.Subject), outcome, "orchestrator "+outcome+": store it")
+		})
 }
 
 // answerDirect applies one direct request and replies.
-func (o *Orchestrator) answerDirect(ctx context.Context, r directRequest) {
+func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 	m := r.m
-	if time.Until(r.due) < directTimeout/4 {
+	due := r.arrived.Add(directTimeout)
+	kind := directKind(m.Subject)
+	if time.Until(due) < directTimeout/4 {
 		// Waited too long for a worker to be applied in time: its
 		// sender would store it meanwhile, and pause direct requests.
-		o.replyDirect(m, "orchestrator busy: store it")
+		o.replyDirect(m, kind, "busy", "orchestrator busy: store it")
 		return
 	}
-	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), r.due)
+	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), due)
 	defer cancel()
 	stored := subject.StoredFromDirect(m.Subject)
 	var err error
@@ -127,12 +87,26 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r directRequest) {
 	default:
 		err = fmt.Errorf("%s is not a direct subject", m.Subject)
 	}
-	var reason string
 	if err != nil {
 		o.log.Debug("direct request not applied; its sender stores it", slog.String("subject", m.Subject), slog.Any("error", err))
-		reason = err.Error()
+		o.replyDirect(m, kind, "failed", err.Error())
+		return
 	}
-	o.replyDirect(m, reason)
+	o.replyDirect(m, kind, "applied", "")
+}
+
+// directKind names a direct request's kind for metrics.
+func directKind(subj string) string {
+	stored := subject.StoredFromDirect(subj)
+	switch {
+	case subject.IsCompleted(stored):
+		return "report"
+	case stored == subject.GraphSubmit:
+		return "graph"
+	case isSubmission(stored):
+		return "submission"
+	}
+	return "other"
 }
 
 func isSubmission(subj string) bool {
@@ -148,8 +122,10 @@ func hasID(data []byte) bool {
 	return json.NewDecoder(bytes.NewReader(data)).Decode(&probe) == nil && probe.ID != ""
 }
 
-// replyDirect answers a direct request: applied when reason is empty.
-func (o *Orchestrator) replyDirect(m *nats.Msg, reason string) {
+// replyDirect answers a direct request (applied when reason is empty) and
+// counts the answer.
+func (o *Orchestrator) replyDirect(m *nats.Msg, kind, outcome, reason string) {
+	o.metrics.DirectAnswered(kind, outcome)
 	data, _ := json.Marshal(task.DirectReply{Error: reason})
 	if err := m.Respond(data); err != nil {
 		o.log.Debug("direct reply not sent", slog.Any("error", err))

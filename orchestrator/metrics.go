@@ -25,6 +25,11 @@ type Metrics interface {
 	// DispatchHeld is called for every dispatch held back by a pause or
 	// an open circuit breaker.
 	DispatchHeld()
+	// DirectAnswered is called for every direct request answered
+	// (subjects.md, ax.direct): kind is "submission", "graph" or
+	// "report"; outcome is "applied", "busy" (no room or no time: its
+	// sender stores it), "failed" (not applied: stored too) or "stopping".
+	DirectAnswered(kind, outcome string)
 	// ConsumerStarted is called when the consume loop of an orchestrator
 	// consumer starts; restart is true when it had run before (it ended
 	// for a reason other than Stop and was recreated).
@@ -140,6 +145,9 @@ func (NopMetrics) SubmissionRejected() {}
 
 // DispatchHeld does nothing.
 func (NopMetrics) DispatchHeld() {}
+
+// DirectAnswered does nothing.
+func (NopMetrics) DirectAnswered(string, string) {}
 
 // ConsumerStarted does nothing.
 func (NopMetrics) ConsumerStarted(string, bool) {}

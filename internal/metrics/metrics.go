@@ -26,6 +26,8 @@ type Orchestrator struct {
 	Rejections prometheus.Counter
 	// Held counts dispatches held back by a pause or an open breaker.
 	Held prometheus.Counter
+	// Direct counts direct requests answered, by kind and outcome.
+	Direct *prometheus.CounterVec
 	// ConsumerUp is 1 while a consume loop runs, 0 while it is being
 	// recreated, by consumer.
 	ConsumerUp *prometheus.GaugeVec
@@ -55,6 +57,8 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 			Help: "Submissions refused (see ax rejected)."}),
 		Held: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_dispatches_held_total",
 			Help: "Dispatches held back by a pause or an open circuit breaker."}),
+		Direct: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_direct_requests_total",
+			Help: "Submissions, graphs and reports handed to this orchestrator directly, by kind and outcome (applied; busy, failed, stopping: stored by their sender instead)."}, []string{"kind", "outcome"}),
 		ConsumerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_consumer_up",
 			Help: "1 while the orchestrator's consume loop of a consumer runs, 0 while it is being recreated."}, []string{"consumer"}),
 		ConsumerRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_consumer_restarts_total",
@@ -70,7 +74,7 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 		Breakers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_orchestrator_breakers",
 			Help: "Task types whose circuit breaker this orchestrator keeps in memory (closed breakers idle for a window are forgotten)."}),
 	}
-	register(reg, m.Transitions, m.Rejections, m.Held, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers)
+	register(reg, m.Transitions, m.Rejections, m.Held, m.Direct, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers)
 	return m
 }
 

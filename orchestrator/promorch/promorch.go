@@ -12,7 +12,8 @@
 // ax_retries_total{type}, ax_dead_letters_total{type}, the latency
 // histograms ax_scheduling_delay_seconds, ax_submit_to_start_seconds and
 // ax_submit_to_finish_seconds{priority}, ax_submissions_rejected_total,
-// ax_dispatches_held_total, ax_redeliveries_total{consumer},
+// ax_dispatches_held_total, ax_direct_requests_total{kind,outcome},
+// ax_redeliveries_total{consumer},
 // ax_poison_messages_total{consumer}, ax_consumer_up{consumer},
 // ax_consumer_restarts_total{consumer}, the reconciler's
 // ax_reconciler_checks_total{state}, ax_reconciler_repairs_total{reason}
@@ -89,6 +90,9 @@ func (p *Metrics) SubmissionRejected() { p.m.Rejections.Inc() }
 
 // DispatchHeld counts ax_dispatches_held_total.
 func (p *Metrics) DispatchHeld() { p.m.Held.Inc() }
+
+// DirectAnswered counts ax_direct_requests_total{kind,outcome}.
+func (p *Metrics) DirectAnswered(kind, outcome string) { p.m.Direct.WithLabelValues(kind, outcome).Inc() }
 
 // ConsumerStarted sets ax_consumer_up{consumer} to 1 and counts a restart
 // in ax_consumer_restarts_total{consumer}. It creates the consumer's

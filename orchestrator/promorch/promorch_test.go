@@ -66,6 +66,9 @@ func TestEveryHookFeedsItsSeries(t *testing.T) {
 	m.SubmissionRejected()
 	m.DispatchHeld()
 	m.DispatchHeld()
+	m.DirectAnswered("report", "applied")
+	m.DirectAnswered("report", "applied")
+	m.DirectAnswered("submission", "busy")
 	m.ConsumerStarted("ax-orchestrator-submit", false)
 	m.ConsumerStopped("ax-orchestrator-submit")
 	m.ConsumerStarted("ax-orchestrator-submit", true)
@@ -97,6 +100,8 @@ func TestEveryHookFeedsItsSeries(t *testing.T) {
 		"ax_submit_to_finish_seconds{priority=1}":                       1,
 		"ax_submissions_rejected_total{}":                               1,
 		"ax_dispatches_held_total{}":                                    2,
+		"ax_direct_requests_total{kind=report,outcome=applied}":         2,
+		"ax_direct_requests_total{kind=submission,outcome=busy}":        1,
 		"ax_consumer_up{consumer=ax-orchestrator-submit}":               1,
 		"ax_consumer_up{consumer=ax-orchestrator-timers}":               0,
 		"ax_consumer_restarts_total{consumer=ax-orchestrator-submit}":   1,
