@@ -2,6 +2,8 @@ package orchestrator_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
@@ -137,5 +140,52 @@ func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("handler ran %d times; want once", n)
+	}
+}
+
+// Hostile direct requests get an answer and change nothing: garbage
+// bodies, a subject that stands for no stored subject, a graph that is not
+// one. A malformed submission is rejected (recorded, as from the stream);
+// the orchestrator keeps working.
+func TestDirectRequestsHostile(t *testing.T) {
+	t.Parallel()
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	nc := c.Conn()
+	ask := func(subj, body string) task.DirectReply {
+		t.Helper()
+		m, err := nc.Request(subj, []byte(body), 30*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", subj, err)
+		}
+		var rep task.DirectReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatalf("%s answered %q: %v", subj, m.Data, err)
+		}
+		return rep
+	}
+	for _, tc := range []struct {
+		subj, body string
+		applied    bool
+	}{
+		{subject.Direct("ax.task.victim"), `{"id":"victim"}`, false},                    // not a direct subject
+		{subject.Direct(subject.Submit("ok")), `not json`, false},                       // no id to keep
+		{subject.Direct(subject.Submit("ok")), `{"id":"bad-prio","priority":99}`, true}, // rejected, recorded
+		{subject.Direct(subject.GraphSubmit), `{"tasks":"nope"}`, true},                 // rejected graph
+		{subject.Direct(subject.Completed("ok")), `{"garbage":`, true},                  // dropped report
+	} {
+		if rep := ask(tc.subj, tc.body); (rep.Error == "") != tc.applied {
+			t.Errorf("%s %s: answered %+v; want applied=%v", tc.subj, tc.body, rep, tc.applied)
+		}
+	}
+	ctx := testenv.Context(t, time.Minute)
+	var rej *sdk.RejectedError
+	if _, err := c.Get(ctx, "bad-prio"); !errors.As(err, &rej) {
+		t.Fatalf("bad-prio: %v; want a recorded rejection", err)
+	}
+	if _, err := c.Submit(ctx, newSpec("after-hostile", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "after-hostile"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("after-hostile: %+v %v", got, err)
 	}
 }

@@ -92,7 +92,9 @@ func (p *Metrics) SubmissionRejected() { p.m.Rejections.Inc() }
 func (p *Metrics) DispatchHeld() { p.m.Held.Inc() }
 
 // DirectAnswered counts ax_direct_requests_total{kind,outcome}.
-func (p *Metrics) DirectAnswered(kind, outcome string) { p.m.Direct.WithLabelValues(kind, outcome).Inc() }
+func (p *Metrics) DirectAnswered(kind, outcome string) {
+	p.m.Direct.WithLabelValues(kind, outcome).Inc()
+}
 
 // ConsumerStarted sets ax_consumer_up{consumer} to 1 and counts a restart
 // in ax_consumer_restarts_total{consumer}. It creates the consumer's
