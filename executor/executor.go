@@ -116,7 +116,7 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 		load:      newLoad(cfg.Capacity),
 		reporting: make(chan struct{}, reportSlots(cfg.Capacity)),
 		direct: direct.New(nc, func(subj string, err error) {
-			log.Warn("a direct report got no answer; storing reports for a while (may this executor publish "+subj+"?)",
+			log.Warn("a direct report got no answer in time (an orchestrator lost or slow, or "+subj+" not allowed to this executor); storing reports meanwhile",
 				"error", err, "pause", direct.Pause)
 		}),
 	}, nil
