@@ -150,37 +150,34 @@ func (m *Markers) Forget(ctx context.Context, waiter string) error {
 	return nil
 }
 
-// CountExact returns how many members of waiter ended, counted by the
-// server as a short-lived consumer is created: exact on the server that
-// hosts it, at a cost that grows with the number of members (for a final
-// check, not every completion). On a cluster that server may be a replica
-// behind the stream: the count is then lower, never higher, so a decision
-// must not rest on a count being short (see the orchestrator's
-// shardsSucceeded).
+// CountExact returns how many members of waiter ended, counted from the
+// stream's subject index as its leader answers stream info: exact (a
+// leader cut off by a partition may answer short, never long), at a cost
+// that grows with the number of members (for a final check, not every
+// completion). Not from a consumer's pending count: a short-lived
+// consumer may be placed on a replica that is behind, whose count is short
+// (a long cluster soak failed a parent on such a count, and left another
+// waiting).
 func (m *Markers) CountExact(ctx context.Context, waiter string) (int, error) {
 	return m.countFiltered(ctx, waiter, subject.FanInWaiter(waiter))
 }
 
 // CountState returns how many members of waiter ended in state, as
-// CountExact counts: never more than the truth, fewer from a replica
-// behind the stream.
+// CountExact counts.
 func (m *Markers) CountState(ctx context.Context, waiter string, state task.State) (int, error) {
 	return m.countFiltered(ctx, waiter, subject.FanInState(waiter, string(state)))
 }
 
 func (m *Markers) countFiltered(ctx context.Context, waiter, filter string) (int, error) {
-	cons, done, err := scan.Open(ctx, m.js, subject.StreamFanIn, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	info, err := cons.Info(ctx)
+	info, err := m.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return 0, fmt.Errorf("count %s of %s: %w", filter, waiter, err)
 	}
-	return int(info.NumPending), nil
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
 }
 
 // Counts returns how many members of waiter ended in each final state.
