@@ -431,11 +431,11 @@ func (e *Executor) report(hardStop context.Context, r task.Report) error {
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}
-	if ok, why := e.direct.Send(hardStop, &nats.Msg{Subject: subject.Completed(r.Type), Data: data}); ok {
+	ok, why := e.direct.Send(hardStop, &nats.Msg{Subject: subject.Completed(r.Type), Data: data})
+	if ok {
 		return nil
-	} else {
-		e.log.Debug("direct report not applied; storing it", "task_id", r.ID, "reason", why)
 	}
+	e.log.Debug("direct report not applied; storing it", "task_id", r.ID, "reason", why)
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second

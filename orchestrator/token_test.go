@@ -50,13 +50,18 @@ func heldVictim(t *testing.T, cfg orchestrator.Config) (jetstream.JetStream, *sd
 // naming a type, with a token, on a subject.
 func forgeReport(t *testing.T, js jetstream.JetStream, running *task.Task, subj, typ, token string) {
 	t.Helper()
-	r := task.Report{ID: running.ID, Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
-		Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
-		Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`), Token: token}
-	data, _ := json.Marshal(r)
-	if _, err := js.Publish(context.Background(), subj, data); err != nil {
+	if _, err := js.Publish(context.Background(), subj, forged(running, typ, token)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// forged is a "succeeded" report of the victim's execution naming a type,
+// with a token.
+func forged(running *task.Task, typ, token string) []byte {
+	data, _ := json.Marshal(task.Report{ID: running.ID, Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
+		Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
+		Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`), Token: token})
+	return data
 }
 
 // forgeDirect sends the same forged report as a direct report (a request
@@ -64,11 +69,7 @@ func forgeReport(t *testing.T, js jetstream.JetStream, running *task.Task, subj,
 // error: dropped, as a stored one is) without applying it.
 func forgeDirect(t *testing.T, nc *nats.Conn, running *task.Task, subj, typ, token string) {
 	t.Helper()
-	r := task.Report{ID: running.ID, Type: typ, ExecutionID: running.ExecutionID, Attempt: running.Attempt,
-		Executor: "forger", StartedAt: time.Now().UTC(), FinishedAt: time.Now().UTC(),
-		Status: task.OutcomeSucceeded, Result: json.RawMessage(`"forged"`), Token: token}
-	data, _ := json.Marshal(r)
-	m, err := nc.Request(subj, data, 30*time.Second)
+	m, err := nc.Request(subj, forged(running, typ, token), 30*time.Second)
 	if err != nil {
 		t.Fatalf("direct report on %s: %v", subj, err)
 	}

@@ -142,10 +142,10 @@ func (c *Client) prepare(ctx context.Context, s *task.Spec) error {
 // Submit validates spec, fills its defaults and id (a sortable unique id when
 // empty) and hands it to the orchestrators: directly (a request on
 // ax.direct.task.submit…, answered once an orchestrator created the task or
-// recorded its rejection), or, when none answers so, stored on
-// task.submit-p<N>.<type>. It returns once the task exists or JetStream
-// has stored the submission: either way the task will not be lost. Submitting an id
-// again never creates a second task; submitting an id whose earlier
+// recorded its rejection, taking at most half of ctx's time), or, when none
+// answers so, stored on task.submit-p<N>.<type>. It returns once the task
+// exists or JetStream has stored the submission: either way the task will
+// not be lost. Submitting an id again never creates a second task; submitting an id whose earlier
 // submission was rejected has it evaluated anew. Fields left unset take
 // their defaults (see task.Spec).
 func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {

@@ -54,15 +54,22 @@ func (s *Sender) Send(parent context.Context, msg *nats.Msg) (bool, string) {
 	if now < s.paused.Load() {
 		return false, "direct requests paused"
 	}
-	ctx, cancel := context.WithTimeout(parent, Timeout)
+	// Leave the caller half of its time to store the message if this
+	// request is not answered.
+	timeout := Timeout
+	if dl, ok := parent.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl)/2)
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	req := &nats.Msg{Subject: subject.Direct(msg.Subject), Data: msg.Data, Header: msg.Header}
 	rep, err := s.nc.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		// No responders answers at once (no orchestrator running, or only
 		// ones older than direct requests): store this one, try the next.
-		// A timeout of ours may be a refused subject: pause.
-		if !errors.Is(err, nats.ErrNoResponders) && parent.Err() == nil &&
+		// A whole Timeout without an answer may be a refused subject:
+		// pause. (A wait the caller's deadline shortened proves nothing.)
+		if !errors.Is(err, nats.ErrNoResponders) && parent.Err() == nil && timeout == Timeout &&
 			s.paused.Swap(time.Now().Add(Pause).UnixNano()) < now && s.onPause != nil {
 			s.onPause(req.Subject, err)
 		}
