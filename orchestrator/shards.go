@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/task"
@@ -306,29 +307,28 @@ const countMarkers = -1
 // parent is a record read after the end being applied (the move itself is
 // a compare-and-set on a fresh read); by names the shard whose end is being
 // applied ("" from registration or the reconciler). count is the parent's
-// counter after that end, or countMarkers: the markers are then counted one
-// by one, as they are to confirm a counter that reached the total (see
-// package fanin).
+// counter after that end, or countMarkers: the markers are then counted by
+// state, in one read of the stream leader's subject index, as they are to
+// confirm a counter that reached the total (see package fanin). The
+// decision rests on that one read, never on counts read apart.
 func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by string, count int) error {
 	if parent.State != task.Waiting || parent.Phase != task.PhaseShards {
 		return nil
 	}
-	id := parent.ID
-	if count == countMarkers || count >= parent.Sharding.Shards {
-		n, err := o.fanin.CountExact(ctx, id)
-		if err != nil {
-			return err
-		}
-		count = n
-	}
-	if count < parent.Sharding.Shards {
+	id, total := parent.ID, parent.Sharding.Shards
+	if count != countMarkers && count < total {
 		return nil // the last shard's end moves it on (or the reconciler)
 	}
-	total := parent.Sharding.Shards
-	succeeded, err := o.shardsSucceeded(ctx, id, total)
+	// The counter reached the total (a hint: see package fanin): count
+	// the markers by state, in one leader read.
+	counts, err := o.fanin.Counts(ctx, id)
 	if err != nil {
 		return err
 	}
+	if fanin.Total(counts) < total {
+		return nil // the last shard's end moves it on (or the reconciler)
+	}
+	succeeded := counts[task.Succeeded]
 	_, err = o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
 		if t.State != task.Waiting || t.Phase != task.PhaseShards {
 			return nil, "", nil
@@ -350,27 +350,6 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by stri
 		}
 	})
 	return err
-}
-
-// shardsSucceeded counts the succeeded shards of a parent whose total
-// shards all ended. Each count is a read that a replica behind the stream
-// may answer (a consumer's pending count), and so a lower bound: the
-// counts by state are exact only if they add up to total (each shard has
-// one marker). Deciding on fewer could fail a parent whose shards
-// succeeded: the parent is counted again instead.
-func (o *Orchestrator) shardsSucceeded(ctx context.Context, id string, total int) (int, error) {
-	counts, err := o.fanin.Counts(ctx, id)
-	if err != nil {
-		return 0, err
-	}
-	ended := 0
-	for _, n := range counts {
-		ended += n
-	}
-	if ended < total {
-		return 0, fmt.Errorf("count the shards of %s: %d of %d ended by state, where all ended (a replica behind the stream answered); counting again", id, ended, total)
-	}
-	return counts[task.Succeeded], nil
 }
 
 // minSucceeded is how many of total shards must succeed under a

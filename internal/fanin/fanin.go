@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -150,49 +151,39 @@ func (m *Markers) Forget(ctx context.Context, waiter string) error {
 	return nil
 }
 
-// CountExact returns how many members of waiter ended, counted from the
-// stream's subject index as its leader answers stream info: exact (a
-// leader cut off by a partition may answer short, never long), at a cost
-// that grows with the number of members (for a final check, not every
-// completion). Not from a consumer's pending count: a short-lived
-// consumer may be placed on a replica that is behind, whose count is short
-// (a long cluster soak failed a parent on such a count, and left another
-// waiting).
-func (m *Markers) CountExact(ctx context.Context, waiter string) (int, error) {
-	return m.countFiltered(ctx, waiter, subject.FanInWaiter(waiter))
-}
-
-// CountState returns how many members of waiter ended in state, as
-// CountExact counts.
-func (m *Markers) CountState(ctx context.Context, waiter string, state task.State) (int, error) {
-	return m.countFiltered(ctx, waiter, subject.FanInState(waiter, string(state)))
-}
-
-func (m *Markers) countFiltered(ctx context.Context, waiter, filter string) (int, error) {
-	info, err := m.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return 0, fmt.Errorf("count %s of %s: %w", filter, waiter, err)
-	}
-	n := 0
-	for _, c := range info.State.Subjects {
-		n += int(c)
-	}
-	return n, nil
-}
-
-// Counts returns how many members of waiter ended in each final state.
+// Counts returns how many members of waiter ended in each final state,
+// from one read of the stream's subject index (stream info with a subject
+// filter, paged), which the stream leader answers: exact (a leader cut off
+// by a partition may answer short, never long), at a cost that grows with
+// the number of members (for a final check, not every completion). Not
+// from a consumer's pending count: a short-lived consumer may be placed on
+// a replica that is behind, whose count is short (a long cluster soak
+// failed a parent on such a count, and left another waiting).
 func (m *Markers) Counts(ctx context.Context, waiter string) (map[task.State]int, error) {
+	info, err := m.stream.Info(ctx, jetstream.WithSubjectFilter(subject.FanInWaiter(waiter)))
+	if err != nil {
+		return nil, fmt.Errorf("count the members of %s: %w", waiter, err)
+	}
 	out := make(map[task.State]int)
-	for _, st := range []task.State{task.Succeeded, task.Failed, task.Cancelled, task.Expired} {
-		n, err := m.CountState(ctx, waiter, st)
-		if err != nil {
-			return nil, err
-		}
-		if n > 0 {
-			out[st] = n
-		}
+	for subj, n := range info.State.Subjects {
+		out[task.State(subj[strings.LastIndexByte(subj, '.')+1:])] += int(n)
 	}
 	return out, nil
+}
+
+// CountExact returns how many members of waiter ended, as Counts counts.
+func (m *Markers) CountExact(ctx context.Context, waiter string) (int, error) {
+	counts, err := m.Counts(ctx, waiter)
+	return Total(counts), err
+}
+
+// Total is the sum of counts.
+func Total(counts map[task.State]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // ErrIncomplete is returned, wrapped, by Outcomes when fewer markers than
