@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,21 +68,13 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), due)
 	defer cancel()
-	stored := subject.StoredFromDirect(m.Subject)
 	var err error
-	switch {
-	case subject.IsCompleted(stored):
+	switch kind {
+	case "report":
+		stored := subject.StoredFromDirect(m.Subject)
 		err = o.acceptReport(rctx, subject.TypeFromCompleted(stored), stored, m.Data)
-	case stored == subject.GraphSubmit:
-		err = o.tracedSubmit(rctx, directMsg{m, stored})
-	case isSubmission(stored):
-		if !hasID(m.Data) {
-			// Its id would be random here: stored, it gets one that is
-			// the same on every redelivery.
-			err = errors.New("a direct submission needs an id")
-			break
-		}
-		err = o.tracedSubmit(rctx, directMsg{m, stored})
+	case "graph", "submission":
+		err = o.tracedSubmit(rctx, directMsg{m, subject.StoredFromDirect(m.Subject)})
 	default:
 		err = fmt.Errorf("%s is not a direct subject", m.Subject)
 	}
@@ -95,31 +86,21 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 	o.replyDirect(m, kind, "applied", "")
 }
 
-// directKind names a direct request's kind for metrics.
+// directKind is what a direct request stands for: a "report", a "graph",
+// a "submission", or "other" (no stored subject of AX's). It picks the
+// handler and labels the metric.
 func directKind(subj string) string {
 	stored := subject.StoredFromDirect(subj)
+	if _, ok := subject.TypeFromSubmit(stored); ok {
+		return "submission"
+	}
 	switch {
 	case subject.IsCompleted(stored):
 		return "report"
 	case stored == subject.GraphSubmit:
 		return "graph"
-	case isSubmission(stored):
-		return "submission"
 	}
 	return "other"
-}
-
-func isSubmission(subj string) bool {
-	_, ok := subject.TypeFromSubmit(subj)
-	return ok
-}
-
-// hasID reports whether a submission's body names its task's id.
-func hasID(data []byte) bool {
-	var probe struct {
-		ID string `json:"id"`
-	}
-	return json.NewDecoder(bytes.NewReader(data)).Decode(&probe) == nil && probe.ID != ""
 }
 
 // replyDirect answers a direct request (applied when reason is empty) and

@@ -168,7 +168,7 @@ func TestDirectRequestsHostile(t *testing.T) {
 		applied    bool
 	}{
 		{subject.Direct("ax.task.victim"), `{"id":"victim"}`, false},                    // not a direct subject
-		{subject.Direct(subject.Submit("ok")), `not json`, false},                       // no id to keep
+		{subject.Direct(subject.Submit("ok")), `not json`, true},                        // rejected, recorded
 		{subject.Direct(subject.Submit("ok")), `{"id":"bad-prio","priority":99}`, true}, // rejected, recorded
 		{subject.Direct(subject.GraphSubmit), `{"tasks":"nope"}`, true},                 // rejected graph
 		{subject.Direct(subject.Completed("ok")), `{"garbage":`, true},                  // dropped report

@@ -74,7 +74,9 @@ func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
 		return spec, reject("type %q does not match the subject's type %q", spec.Type, typ)
 	}
 	if spec.ID == "" {
-		spec.ID = derivedID(msg)
+		if spec.ID, err = derivedID(msg); err != nil {
+			return spec, err
+		}
 	}
 	if err := o.checkSpec(spec); err != nil {
 		return spec, errRejected{reason: err}
@@ -85,12 +87,16 @@ func (o *Orchestrator) decodeSubmission(msg jetstream.Msg) (task.Spec, error) {
 	return spec, nil
 }
 
+// errNeedsID: a submission without an id that was not stored (a direct
+// request) has no stream sequence to derive one from; its sender stores it.
+var errNeedsID = errors.New("a direct submission needs an id (stored, it gets one that is the same on every redelivery)")
+
 // derivedID gives a submission without an id a sortable id that is the same
 // on every redelivery of that message (its stream sequence is the entropy).
-func derivedID(msg jetstream.Msg) string {
+func derivedID(msg jetstream.Msg) (string, error) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return task.NewID()
+		return "", errNeedsID
 	}
 	var entropy [10]byte
 	seq := md.Sequence.Stream
@@ -101,7 +107,7 @@ func derivedID(msg jetstream.Msg) string {
 	var id ulid.ULID
 	_ = id.SetTime(ulid.Timestamp(md.Timestamp))
 	_ = id.SetEntropy(entropy[:])
-	return id.String()
+	return id.String(), nil
 }
 
 // handleGraph creates every task of a graph in dependency order. The graph
