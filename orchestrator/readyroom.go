@@ -164,10 +164,10 @@ func (o *Orchestrator) releaseParked(ctx context.Context) {
 		return
 	}
 	info := st.CachedInfo()
-	if info.Config.MaxBytes > 0 && info.State.Bytes > uint64(info.Config.MaxBytes)/2 {
+	byteRoom := readyByteRoom(info.Config.MaxBytes, info.State.Bytes, info.State.Msgs)
+	if byteRoom <= 0 {
 		return
 	}
-	byteRoom := readyByteRoom(info.Config.MaxBytes, info.State.Bytes, info.State.Msgs)
 	for _, level := range levels {
 		capability, prio, ok := subject.ReadyParts(level)
 		if !ok {
