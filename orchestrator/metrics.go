@@ -30,6 +30,13 @@ type Metrics interface {
 	// "report"; outcome is "applied", "busy" (no room or no time: its
 	// sender stores it), "failed" (not applied: stored too) or "stopping".
 	DirectAnswered(kind, outcome string)
+	// RecordsCommitted is called, with group commit on
+	// (TopologyOptions.GroupCommit), for every group of n task record
+	// writes published together: how is "batch" (one atomic batch, one
+	// fsync), "single" (each on its own: too few queued to pay for a
+	// batch) or "refused" (a batch the server refused or did not answer,
+	// then each on its own).
+	RecordsCommitted(n int, how string)
 	// ConsumerStarted is called when the consume loop of an orchestrator
 	// consumer starts; restart is true when it had run before (it ended
 	// for a reason other than Stop and was recreated).
@@ -148,6 +155,9 @@ func (NopMetrics) DispatchHeld() {}
 
 // DirectAnswered does nothing.
 func (NopMetrics) DirectAnswered(string, string) {}
+
+// RecordsCommitted does nothing.
+func (NopMetrics) RecordsCommitted(int, string) {}
 
 // ConsumerStarted does nothing.
 func (NopMetrics) ConsumerStarted(string, bool) {}

@@ -17,6 +17,7 @@ import (
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/exectoken"
 	"github.com/ax-run/ax/internal/fanin"
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -37,6 +38,10 @@ type Orchestrator struct {
 	js    jetstream.JetStream
 	log   *slog.Logger
 	store *store.Store
+	// committer batches the store's writes when AX_TASKS turns group
+	// commit on (TopologyOptions.GroupCommit; nil otherwise); it is closed
+	// after the last handler and sweep returned.
+	committer *groupcommit.Committer
 	// fanin counts how shards and wide fan-in upstreams ended.
 	fanin *fanin.Markers
 	// edges holds the dependency edges (who depends on whom).
@@ -135,11 +140,13 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	if err != nil {
 		cancel()
 		o.bg.Wait()
+		o.closeCommitter()
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	if err := o.serveClaims(runCtx); err != nil {
 		cancel()
 		o.bg.Wait()
+		o.closeCommitter()
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	o.bg.Add(1)
@@ -157,6 +164,7 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		cancel()
 		stopSweeps()
 		o.bg.Wait()
+		o.closeCommitter()
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	if o.obs.on {
@@ -193,10 +201,23 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	}
 	// Shutdown order: stop pulling → finish messages in hand → stop the
 	// background work (control watch, breaker ticks, releases).
-	go func() { wg.Wait(); stopSweeps(); o.bg.Wait(); close(done) }()
+	go func() {
+		wg.Wait()
+		stopSweeps()
+		o.bg.Wait()
+		o.closeCommitter()
+		close(done)
+	}()
 	o.stopFn, o.done = cancel, done
 	o.log.Info("orchestrator started")
 	return nil
+}
+
+// closeCommitter closes the group committer, if any, once nothing writes.
+func (o *Orchestrator) closeCommitter() {
+	if o.committer != nil {
+		o.committer.Close()
+	}
 }
 
 // pullBufferBytes bounds what each consume loop buffers ahead of its
@@ -269,6 +290,12 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	st, err := store.New(ctx, o.js)
 	if err != nil {
 		return err
+	}
+	if st.GroupCommit() {
+		if o.committer == nil {
+			o.committer = groupcommit.New(o.js, groupcommit.Options{Committed: o.metrics.RecordsCommitted})
+		}
+		st.UseCommitter(o.committer)
 	}
 	o.store = st
 	if o.fanin, err = fanin.New(ctx, o.js); err != nil {

@@ -130,4 +130,14 @@ type TopologyOptions struct {
 	// finds no room is held (waiting, reason "held: …") and released when
 	// its level has room again.
 	ReadyMaxPerLevel int64
+	// GroupCommit, when set, turns group commit on or off for the whole
+	// deployment (recorded on AX_TASKS, read by every orchestrator and SDK
+	// client at start; nil keeps what is recorded, off at first): the
+	// record writes that queue up behind those in flight go as one atomic
+	// batch, and the SDK stores a SubmitMany of more than 32 specs as
+	// atomic batches. A single-node server with sync_interval: always
+	// (NATS 2.15 or newer) stores a batch with one fsync, so under load
+	// the batches grow until the disk keeps up; on other servers a batch
+	// costs more than its writes. See deploy/README.md, "Durability".
+	GroupCommit *bool
 }

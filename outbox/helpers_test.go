@@ -60,8 +60,13 @@ type ax struct {
 
 func startAX(t *testing.T) ax {
 	t.Helper()
+	return startAXWith(t, orchestrator.Config{})
+}
+
+func startAXWith(t *testing.T, cfg orchestrator.Config) ax {
+	t.Helper()
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	testenv.Orchestrator(t, srv.URL(), cfg)
 	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 64})
 	demo.Register(ex)
 	testenv.Start(t, ex)

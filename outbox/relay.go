@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
 )
 
@@ -113,6 +114,10 @@ type Relay struct {
 	// skipLocked is false on servers without SKIP LOCKED (MariaDB < 10.6,
 	// MySQL < 8.0): relays then wait for each other's batches instead.
 	skipLocked bool
+	// groupCommit: AX_TASKS turned group commit on when the relay started
+	// (orchestrator.TopologyOptions.GroupCommit), so batches are stored as
+	// atomic batches.
+	groupCommit bool
 
 	mu      sync.Mutex
 	started bool
@@ -168,6 +173,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	if err := r.probe(ctx); err != nil {
 		return err
+	}
+	if s, err := r.js.Stream(ctx, subject.StreamTasks); err == nil {
+		r.groupCommit = groupcommit.Enabled(s.CachedInfo().Config)
 	}
 	sub, err := r.nc.Subscribe(subject.OutboxNotify, func(*nats.Msg) { r.Notify() })
 	if err != nil {
@@ -405,8 +413,8 @@ func (r *Relay) relayBatch() (int, error) {
 // publish time the rest of the batch is not published (it would fail the
 // same way) and counted neither sent nor failed.
 func (r *Relay) publish(ctx context.Context, batch []pending) (sent, failed []uint64, firstErr error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(batch))
-	for _, p := range batch {
+	msgs := make([]*nats.Msg, len(batch))
+	for i, p := range batch {
 		msg := nats.NewMsg(p.subject)
 		msg.Data = p.body
 		id := p.taskID
@@ -414,7 +422,26 @@ func (r *Relay) publish(ctx context.Context, batch []pending) (sent, failed []ui
 			id = "graph-" + id
 		}
 		msg.Header.Set(subject.HeaderMsgID, subject.SubmitMsgID(id, p.body))
-		f, err := r.js.PublishMsgAsync(msg)
+		msgs[i] = msg
+	}
+	if r.groupCommit {
+		// Atomic batches first; what they did not store is published
+		// pipelined (a duplicate there counts as stored).
+		stored := groupcommit.PublishBatches(ctx, r.nc, msgs)
+		var rest []pending
+		var restMsgs []*nats.Msg
+		for i, ok := range stored {
+			if ok {
+				sent = append(sent, batch[i].id)
+			} else {
+				rest, restMsgs = append(rest, batch[i]), append(restMsgs, msgs[i])
+			}
+		}
+		batch, msgs = rest, restMsgs
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(batch))
+	for i, p := range batch {
+		f, err := r.js.PublishMsgAsync(msgs[i])
 		if err != nil {
 			failed = append(failed, p.id)
 			firstErr = fmt.Errorf("publish task %s: %w", p.taskID, err)

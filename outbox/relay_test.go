@@ -3,10 +3,12 @@ package outbox_test
 import (
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/nats-io/nats.go"
 
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/testenv"
@@ -19,10 +21,32 @@ import (
 // claimed), and each row is one task.
 func TestTwoRelaysRace(t *testing.T) {
 	t.Parallel()
+	twoRelaysRace(t, false)
+}
+
+// TestTwoRelaysRaceGroupCommit: the same with group commit on, where the
+// relays store their batches as atomic batches.
+func TestTwoRelaysRaceGroupCommit(t *testing.T) {
+	t.Parallel()
+	twoRelaysRace(t, true)
+}
+
+func twoRelaysRace(t *testing.T, groupCommit bool) {
 	const n = 10_000
 	_, db := newDB(t)
-	a := startAX(t)
+	a := startAXWith(t, orchestrator.Config{Topology: orchestrator.TopologyOptions{GroupCommit: &groupCommit}})
 	ctx := testenv.Context(t, 3*time.Minute)
+	// Count the submissions published in atomic batches.
+	var batched atomic.Int64
+	sub, err := a.client.Conn().Subscribe("task.>", func(m *nats.Msg) {
+		if m.Header.Get("Nats-Batch-Id") != "" {
+			batched.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
 	specs := noops(n, "race")
 	enqueueCommitted(t, db, specs)
 	cfg := outbox.Config{BatchSize: 250}
@@ -38,6 +62,9 @@ func TestTwoRelaysRace(t *testing.T) {
 	}
 	waitTasks(t, a.client, "race", n, 2*time.Minute)
 	checkOneCreation(t, a.client, idsOf(specs[:200]))
+	if got := batched.Load(); (got > 0) != groupCommit {
+		t.Fatalf("with group commit %v, %d submissions were published in atomic batches", groupCommit, got)
+	}
 }
 
 // TestRelayMySQLCut: MySQL goes away under a relay (a proxy between them

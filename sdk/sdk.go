@@ -19,6 +19,7 @@ import (
 	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/edges"
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/scan"
@@ -573,7 +574,11 @@ const directManyMax = 32
 // its submission is stored. Up to 32 specs go to the orchestrators
 // directly, as Submit's do, all at once; more (and any not taken directly)
 // are published pipelined (far faster than one Submit at a time) and
-// stored.
+// stored. With group commit on (orchestrator.TopologyOptions.GroupCommit,
+// as the Client found AX_TASKS when it was made) they are stored as atomic
+// batches of up to 256 submissions, each stored with one fsync by a server
+// that syncs every write; a batch the server refuses (one of its
+// submissions was stored before, say) is published pipelined instead.
 func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, error) {
 	ids := make([]string, len(specs))
 	bodies := make([][]byte, len(specs))
@@ -589,6 +594,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 	}
 	subj := func(i int) string { return subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type) }
 	left := c.submitDirect(ctx, len(specs), subj, bodies)
+	left = c.submitBatches(ctx, left, subj, ids, bodies)
 	futures := make([]jetstream.PubAckFuture, len(left))
 	for k, i := range left {
 		f, err := c.js.PublishMsgAsync(submission(ctx, subj(i), bodies[i]), jetstream.WithMsgID(msgID(ids[i], bodies[i])))
@@ -613,6 +619,33 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		}
 	}
 	return ids, nil
+}
+
+// submitBatches stores the submissions left (indexes into ids and
+// bodies) as atomic batches and returns the indexes of those no batch
+// stored, in order: all of them when group commit is off or they are too
+// few to pay for a batch (groupcommit.PublishBatches). Their message ids are those the pipelined
+// path gives them, so one whose batch's answer was lost is found duplicate
+// there rather than stored twice.
+func (c *Client) submitBatches(ctx context.Context, left []int, subj func(int) string, ids []string, bodies [][]byte) []int {
+	if !c.store.GroupCommit() {
+		return left
+	}
+	msgs := make([]*nats.Msg, len(left))
+	for j, i := range left {
+		msgs[j] = submission(ctx, subj(i), bodies[i])
+		if msgs[j].Header == nil {
+			msgs[j].Header = nats.Header{}
+		}
+		msgs[j].Header.Set(jetstream.MsgIDHeader, msgID(ids[i], bodies[i]))
+	}
+	var rest []int
+	for j, ok := range groupcommit.PublishBatches(ctx, c.nc, msgs) {
+		if !ok {
+			rest = append(rest, left[j])
+		}
+	}
+	return rest
 }
 
 // submitDirect hands up to directManyMax submissions to the orchestrators

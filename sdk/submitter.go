@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -165,8 +166,8 @@ type pendingTask struct {
 // inflight is a published task and its acknowledgement to come.
 type inflight struct {
 	t   pendingTask
-	f   jetstream.PubAckFuture
-	err error // the publish failed at once
+	f   jetstream.PubAckFuture // nil: stored in an atomic batch
+	err error                  // the publish failed at once
 }
 
 // NewSubmitter returns a Submitter that publishes on c's connection. Close
@@ -432,9 +433,25 @@ func (s *Submitter) drain() {
 	}
 }
 
-// publish sends a batch pipelined; the ack loop waits for the acks in order.
+// publish sends a batch pipelined; the ack loop waits for the acks in
+// order. With group commit on, it first stores the batch as atomic batches
+// (Client.SubmitMany's); what they did not store is published pipelined.
 func (s *Submitter) publish(batch []pendingTask) {
-	for _, t := range batch {
+	var stored []bool
+	if s.c.store.GroupCommit() {
+		msgs := make([]*nats.Msg, len(batch))
+		for i, t := range batch {
+			msgs[i] = s.msg(t)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckTimeout)
+		stored = groupcommit.PublishBatches(ctx, s.c.nc, msgs)
+		cancel()
+	}
+	for i, t := range batch {
+		if stored != nil && stored[i] {
+			s.acks <- inflight{t: t}
+			continue
+		}
 		f, err := s.js.PublishMsgAsync(s.msg(t))
 		s.acks <- inflight{t: t, f: f, err: err}
 	}
@@ -453,7 +470,7 @@ func (s *Submitter) msg(t pendingTask) *nats.Msg {
 func (s *Submitter) ackLoop() {
 	for in := range s.acks {
 		err := in.err
-		if err == nil {
+		if err == nil && in.f != nil {
 			select {
 			case ack := <-in.f.Ok():
 				if ack.Duplicate {

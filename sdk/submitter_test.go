@@ -92,11 +92,16 @@ func natsWithStreams(t testing.TB) *natsserver.Server {
 
 func ensureStreams(t testing.TB, url string) {
 	t.Helper()
+	ensureTopology(t, url, topology.Options{})
+}
+
+func ensureTopology(t testing.TB, url string, o topology.Options) {
+	t.Helper()
 	js, err := jetstream.New(testenv.Conn(t, url))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := topology.Ensure(testenv.Context(t, 30*time.Second), js, topology.Options{}); err != nil {
+	if err := topology.Ensure(testenv.Context(t, 30*time.Second), js, o); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -111,8 +116,20 @@ func noop(id string) task.Spec {
 // once every one is acknowledged, and JetStream holds each exactly once.
 func TestSubmitterBurst(t *testing.T) {
 	t.Parallel()
+	submitterBurst(t, false)
+}
+
+// TestSubmitterBurstGroupCommit: the same with group commit on, where the
+// Submitter stores its batches as atomic batches.
+func TestSubmitterBurstGroupCommit(t *testing.T) {
+	t.Parallel()
+	submitterBurst(t, true)
+}
+
+func submitterBurst(t *testing.T, groupCommit bool) {
 	const n, workers = 100_000, 8
-	srv := natsWithStreams(t)
+	srv := testenv.NATS(t)
+	ensureTopology(t, srv.URL(), topology.Options{GroupCommit: &groupCommit})
 	c := testenv.Client(t, srv.URL())
 	var failed atomic.Int64
 	s, err := sdk.NewSubmitter(c, sdk.SubmitterConfig{OnError: func(task.Spec, error) { failed.Add(1) }})
@@ -149,6 +166,18 @@ func TestSubmitterBurst(t *testing.T) {
 		if k != 1 {
 			t.Fatalf("task %s stored %d times", id, k)
 		}
+	}
+	js, _ := jetstream.New(c.Conn())
+	submits, err := js.Stream(ctx, subject.StreamSubmit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := submits.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batched := first.Header.Get("Nats-Batch-Id") != ""; batched != groupCommit {
+		t.Fatalf("with group commit %v the first submission was stored in an atomic batch: %v", groupCommit, batched)
 	}
 	if _, err := s.Submit(ctx, noop("late")); !errors.Is(err, sdk.ErrSubmitterClosed) {
 		t.Fatalf("Submit after Close: %v", err)

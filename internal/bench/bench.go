@@ -56,6 +56,8 @@ type Config struct {
 	Orchestrators int
 	// ReadyInMemory keeps AX_READY in memory (orchestrator.TopologyOptions).
 	ReadyInMemory bool
+	// GroupCommit turns group commit on (orchestrator.TopologyOptions).
+	GroupCommit bool
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
 	// phase; their lateness (handler start − run_at) is measured.
 	Delayed int
@@ -338,7 +340,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer stop()
 	var rec atomicRecorder
-	topo := orchestrator.TopologyOptions{Replicas: 1, ReadyInMemory: cfg.ReadyInMemory}
+	topo := orchestrator.TopologyOptions{Replicas: 1, ReadyInMemory: cfg.ReadyInMemory, GroupCommit: &cfg.GroupCommit}
 	if cfg.Cluster {
 		topo.Replicas = 3
 	}

@@ -138,6 +138,8 @@ func (s *stack) close() {
 type counters struct {
 	orchestrator.NopMetrics
 	writes      atomic.Uint64
+	batched     atomic.Uint64 // record writes committed in atomic batches
+	batches     atomic.Uint64
 	mu          sync.Mutex
 	redelivered map[string]uint64
 }
@@ -146,6 +148,14 @@ func newCounters() *counters { return &counters{redelivered: map[string]uint64{}
 
 // TransitionWritten counts a record written.
 func (c *counters) TransitionWritten(orchestrator.Transition) { c.writes.Add(1) }
+
+// RecordsCommitted counts the record writes committed in batches.
+func (c *counters) RecordsCommitted(n int, how string) {
+	if how == "batch" {
+		c.batched.Add(uint64(n))
+		c.batches.Add(1)
+	}
+}
 
 // MessageRedelivered counts a message delivered again.
 func (c *counters) MessageRedelivered(consumer string) {
@@ -166,6 +176,10 @@ type Work struct {
 	WritesPerTask float64 `json:"writes_per_task"`
 	// WriteShare is each orchestrator's share of those writes.
 	WriteShare []float64 `json:"write_share"`
+	// BatchedShare is the share of record writes committed in atomic
+	// batches (group commit), and AverageBatch their average batch.
+	BatchedShare float64 `json:"batched_share,omitempty"`
+	AverageBatch float64 `json:"average_batch,omitempty"`
 	// Redelivered counts the messages delivered again, by consumer (a
 	// handler failed or its orchestrator did not acknowledge in time).
 	Redelivered map[string]uint64 `json:"redelivered,omitempty"`
@@ -173,8 +187,9 @@ type Work struct {
 
 // workMark is every orchestrator's counters at one time.
 type workMark struct {
-	reads, writes []uint64
-	redelivered   map[string]uint64
+	reads, writes    []uint64
+	batched, batches uint64
+	redelivered      map[string]uint64
 }
 
 func (s *stack) mark() workMark {
@@ -183,6 +198,8 @@ func (s *stack) mark() workMark {
 		m.reads = append(m.reads, o.StoreReads())
 		m.writes = append(m.writes, s.counts[i].writes.Load())
 		c := s.counts[i]
+		m.batched += c.batched.Load()
+		m.batches += c.batches.Load()
 		c.mu.Lock()
 		for consumer, n := range c.redelivered {
 			m.redelivered[consumer] += n
@@ -213,6 +230,11 @@ func (s *stack) work(ctx context.Context, before workMark, tasks int) Work {
 	if tasks > 0 {
 		w.ReadsPerTask = float64(reads) / float64(tasks)
 		w.WritesPerTask = float64(writes) / float64(tasks)
+	}
+	if batches := after.batches - before.batches; batches > 0 && writes > 0 {
+		batched := after.batched - before.batched
+		w.BatchedShare = float64(batched) / float64(writes)
+		w.AverageBatch = float64(batched) / float64(batches)
 	}
 	for consumer, n := range after.redelivered {
 		if d := n - before.redelivered[consumer]; d > 0 {

@@ -155,6 +155,7 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
 	f.BoolVar(&cfg.ReadyInMemory, "ready-in-memory", false, "keep AX_READY (the dispatches) in memory, as `ax orchestrator --ready-in-memory`")
+	f.BoolVar(&cfg.GroupCommit, "group-commit", false, "turn group commit on, as `ax topology --group-commit` (batched record writes and submissions)")
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
 	f.IntVar(&cfg.Orchestrators, "orchestrators", 1, "orchestrators to run, each on its own connection, sharing the work as that many `ax orchestrator` processes (with --cluster: spread over the servers)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
@@ -173,6 +174,9 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 func printWork(g *globals, p bench.Phase) {
 	w := p.Work
 	fmt.Fprintf(g.stdout, "\norchestrators during %s: %.2f task reads and %.2f writes per task", p.Name, w.ReadsPerTask, w.WritesPerTask)
+	if w.AverageBatch > 0 {
+		fmt.Fprintf(g.stdout, " (%.0f%% in atomic batches of %.1f on average)", 100*w.BatchedShare, w.AverageBatch)
+	}
 	if len(w.WriteShare) > 1 {
 		fmt.Fprint(g.stdout, "; writes by orchestrator")
 		for i, share := range w.WriteShare {

@@ -3,12 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/topology"
 )
 
@@ -19,6 +21,34 @@ func readyFlags(f *pflag.FlagSet, inMemory *bool, maxBytes, perLevel *int64) {
 	f.Int64Var(maxBytes, "ready-max-bytes", topology.DefaultReadyMaxBytes, "with --ready-in-memory: AX_READY's memory bound (the server's max_memory_store must allow it)")
 	f.Int64Var(perLevel, "ready-max-per-level", topology.DefaultReadyMaxPerLevel, "with --ready-in-memory: dispatches stored per capability and priority; tasks beyond wait, held, until there is room")
 }
+
+// groupCommitFlag binds --group-commit[=false] to *on, left nil (keep what
+// AX_TASKS records) unless the flag is given (orchestrator and topology).
+func groupCommitFlag(f *pflag.FlagSet, on **bool) {
+	f.Var(optionalBool{on}, "group-commit", "turn group commit on (=false: off) for the whole deployment, recorded on AX_TASKS: record writes and large SubmitMany calls that queue up go as atomic batches, each one fsync on a single-node server with sync_interval: always (NATS ≥ 2.15; slower on other servers; default: keep what is recorded, off at first)")
+	f.Lookup("group-commit").NoOptDefVal = "true"
+}
+
+// optionalBool is a bool flag whose absence is nil.
+type optionalBool struct{ p **bool }
+
+func (b optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.p = &v
+	return nil
+}
+
+func (b optionalBool) String() string {
+	if b.p == nil || *b.p == nil {
+		return ""
+	}
+	return strconv.FormatBool(**b.p)
+}
+
+func (optionalBool) Type() string { return "bool" }
 
 // topologyCmd is the explicit way to change AX's streams: their replica
 // count is never lowered by a process started with defaults.
@@ -31,7 +61,9 @@ func topologyCmd(g *globals) *cobra.Command {
 version's configuration, as an orchestrator does at start. Unlike an
 orchestrator, it may lower the replica count: --replicas N sets every stream
 to N replicas (0 keeps what they have). --ready-in-memory creates AX_READY
-in memory (an existing one keeps its storage: see deploy/README.md).`,
+in memory (an existing one keeps its storage: see deploy/README.md).
+--group-commit[=false] turns group commit on or off for every orchestrator
+and client that starts afterwards (deploy/README.md, "Durability").`,
 		Args: cobra.NoArgs,
 		RunE: g.withJetStream(func(ctx context.Context, js jetstream.JetStream, _ []string) error {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -46,12 +78,17 @@ in memory (an existing one keeps its storage: see deploy/README.md).`,
 					return fmt.Errorf("stream %s: %w", cfg.Name, err)
 				}
 				have := s.CachedInfo().Config
-				fmt.Fprintf(g.stdout, "%-14s replicas %d, %s\n", cfg.Name, have.Replicas, have.Storage)
+				extra := ""
+				if groupcommit.Enabled(have) {
+					extra = ", group commit"
+				}
+				fmt.Fprintf(g.stdout, "%-14s replicas %d, %s%s\n", cfg.Name, have.Replicas, have.Storage, extra)
 			}
 			return nil
 		}),
 	}
 	cmd.Flags().IntVar(&opts.Replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
 	readyFlags(cmd.Flags(), &opts.ReadyInMemory, &opts.ReadyMaxBytes, &opts.ReadyMaxPerLevel)
+	groupCommitFlag(cmd.Flags(), &opts.GroupCommit)
 	return cmd
 }

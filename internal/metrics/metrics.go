@@ -28,6 +28,10 @@ type Orchestrator struct {
 	Held prometheus.Counter
 	// Direct counts direct requests answered, by kind and outcome.
 	Direct *prometheus.CounterVec
+	// RecordWrites counts task record writes through group commit, by how
+	// they were published; RecordBatches counts the atomic batches.
+	RecordWrites  *prometheus.CounterVec
+	RecordBatches prometheus.Counter
 	// ConsumerUp is 1 while a consume loop runs, 0 while it is being
 	// recreated, by consumer.
 	ConsumerUp *prometheus.GaugeVec
@@ -59,6 +63,10 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 			Help: "Dispatches held back by a pause or an open circuit breaker."}),
 		Direct: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_direct_requests_total",
 			Help: "Submissions, graphs and reports handed to this orchestrator directly, by kind and outcome (applied; busy, failed, stopping: stored by their sender instead)."}, []string{"kind", "outcome"}),
+		RecordWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_record_writes_total",
+			Help: "Task record writes with group commit on, by how they were published: batch (in an atomic batch), single (on their own), refused (a batch refused or unanswered, then on their own)."}, []string{"how"}),
+		RecordBatches: prometheus.NewCounter(prometheus.CounterOpts{Name: "ax_record_batches_total",
+			Help: "Atomic batches of task record writes committed with group commit on."}),
 		ConsumerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_consumer_up",
 			Help: "1 while the orchestrator's consume loop of a consumer runs, 0 while it is being recreated."}, []string{"consumer"}),
 		ConsumerRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ax_consumer_restarts_total",
@@ -74,7 +82,7 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 		Breakers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_orchestrator_breakers",
 			Help: "Task types whose circuit breaker this orchestrator keeps in memory (closed breakers idle for a window are forgotten)."}),
 	}
-	register(reg, m.Transitions, m.Rejections, m.Held, m.Direct, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers)
+	register(reg, m.Transitions, m.Rejections, m.Held, m.Direct, m.RecordWrites, m.RecordBatches, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers)
 	return m
 }
 

@@ -13,12 +13,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -34,10 +36,20 @@ var (
 
 // Store reads and compare-and-set writes task histories.
 type Store struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	reads  atomic.Uint64
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	reads   atomic.Uint64
+	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 }
+
+// GroupCommit reports whether AX_TASKS, as the Store found it, turns group
+// commit on (groupcommit.Enabled).
+func (s *Store) GroupCommit() bool { return groupcommit.Enabled(s.stream.CachedInfo().Config) }
+
+// UseCommitter makes the Store's writes go through c, which batches the
+// writes that queue up (package groupcommit). Call it before the first
+// write; the caller owns c and closes it after the Store's last write.
+func (s *Store) UseCommitter(c *groupcommit.Committer) { s.publish = c.Publish }
 
 // Reads returns how many task records this Store has read: benchmarks and
 // tests use it to show how much reading a workload costs.
@@ -49,7 +61,9 @@ func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamTasks, err)
 	}
-	return &Store{js: js, stream: st}, nil
+	s := &Store{js: js, stream: st}
+	s.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) { return js.PublishMsg(ctx, m) }
+	return s, nil
 }
 
 // Get returns a task's current record and revision.
@@ -124,7 +138,9 @@ func (s *Store) Write(ctx context.Context, ev task.Event, expected uint64) (uint
 	if err != nil {
 		return 0, fmt.Errorf("encode event for task %s: %w", ev.Task.ID, err)
 	}
-	ack, err := s.js.Publish(ctx, subject.Task(ev.Task.ID), data, jetstream.WithExpectLastSequencePerSubject(expected))
+	msg := &nats.Msg{Subject: subject.Task(ev.Task.ID), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	ack, err := s.publish(ctx, msg)
 	if err != nil {
 		if IsConflict(err) {
 			return 0, ErrConflict

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
 )
 
@@ -57,6 +58,14 @@ type Options struct {
 	// priority with ReadyInMemory, so a capability nobody serves cannot
 	// take every other one's room. Default DefaultReadyMaxPerLevel.
 	ReadyMaxPerLevel int64
+	// GroupCommit, when set, turns group commit on or off for the whole
+	// deployment, recorded in AX_TASKS' metadata (groupcommit.MetadataKey):
+	// orchestrators batch the record writes that queue up, and the SDK
+	// stores large SubmitMany calls as atomic batches, each stored with one
+	// fsync by a single-node server that syncs every write (a batch costs
+	// more than its writes on a server that does not). nil keeps what
+	// AX_TASKS says (off when it is created). Processes read it at start.
+	GroupCommit *bool
 }
 
 // Bounds of an in-memory AX_READY (Options.ReadyInMemory). A dispatch
@@ -115,6 +124,8 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Replicas:    r,
 			Duplicates:  dup,
 			MaxMsgSize:  2 << 20,
+			// The SDK stores a large SubmitMany as atomic batches.
+			AllowAtomicPublish: true,
 		},
 		readyConfig(o, r, dup),
 		{
@@ -133,6 +144,9 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    r,
+			// An orchestrator with --group-commit writes the records that
+			// queue up as one atomic batch (internal/groupcommit).
+			AllowAtomicPublish: true,
 		},
 		{
 			Name:              subject.StreamTimers,
@@ -464,6 +478,17 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg je
 	}
 	if err := keepRetention(ctx, js, &cfg); err != nil {
 		return err
+	}
+	if cfg.Name == subject.StreamTasks {
+		on := o.GroupCommit != nil && *o.GroupCommit
+		if o.GroupCommit == nil {
+			if s, err := js.Stream(ctx, cfg.Name); err == nil {
+				on = groupcommit.Enabled(s.CachedInfo().Config)
+			}
+		}
+		if on {
+			cfg.Metadata = map[string]string{groupcommit.MetadataKey: "true"}
+		}
 	}
 	if cfg.Name == subject.StreamReady {
 		if s, err := js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Storage != cfg.Storage {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/internal/topology"
@@ -208,4 +209,30 @@ func mustJS(t *testing.T, url string) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// TestGroupCommitIsKeptUnlessChanged: group commit is recorded on AX_TASKS
+// for every process; a process started without the option keeps it, and
+// only an explicit choice turns it off again.
+func TestGroupCommitIsKeptUnlessChanged(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 20*time.Second)
+	on, off := true, false
+	for _, step := range []struct {
+		set  *bool
+		want bool
+	}{{nil, false}, {&on, true}, {nil, true}, {&off, false}, {nil, false}} {
+		if err := topology.Ensure(ctx, js, topology.Options{GroupCommit: step.set}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := js.Stream(ctx, subject.StreamTasks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := groupcommit.Enabled(s.CachedInfo().Config); got != step.want {
+			t.Fatalf("after Ensure with GroupCommit %v: recorded %v, want %v (metadata %v)", step.set, got, step.want, s.CachedInfo().Config.Metadata)
+		}
+	}
 }

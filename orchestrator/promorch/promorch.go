@@ -13,6 +13,7 @@
 // histograms ax_scheduling_delay_seconds, ax_submit_to_start_seconds and
 // ax_submit_to_finish_seconds{priority}, ax_submissions_rejected_total,
 // ax_dispatches_held_total, ax_direct_requests_total{kind,outcome},
+// ax_record_writes_total{how}, ax_record_batches_total,
 // ax_redeliveries_total{consumer},
 // ax_poison_messages_total{consumer}, ax_consumer_up{consumer},
 // ax_consumer_restarts_total{consumer}, the reconciler's
@@ -94,6 +95,15 @@ func (p *Metrics) DispatchHeld() { p.m.Held.Inc() }
 // DirectAnswered counts ax_direct_requests_total{kind,outcome}.
 func (p *Metrics) DirectAnswered(kind, outcome string) {
 	p.m.Direct.WithLabelValues(kind, outcome).Inc()
+}
+
+// RecordsCommitted counts ax_record_writes_total{how} and, for a batch,
+// ax_record_batches_total.
+func (p *Metrics) RecordsCommitted(n int, how string) {
+	p.m.RecordWrites.WithLabelValues(how).Add(float64(n))
+	if how == "batch" {
+		p.m.RecordBatches.Inc()
+	}
 }
 
 // ConsumerStarted sets ax_consumer_up{consumer} to 1 and counts a restart

@@ -69,6 +69,10 @@ func TestEveryHookFeedsItsSeries(t *testing.T) {
 	m.DirectAnswered("report", "applied")
 	m.DirectAnswered("report", "applied")
 	m.DirectAnswered("submission", "busy")
+	m.RecordsCommitted(20, "batch")
+	m.RecordsCommitted(12, "batch")
+	m.RecordsCommitted(3, "single")
+	m.RecordsCommitted(9, "refused")
 	m.ConsumerStarted("ax-orchestrator-submit", false)
 	m.ConsumerStopped("ax-orchestrator-submit")
 	m.ConsumerStarted("ax-orchestrator-submit", true)
@@ -102,6 +106,10 @@ func TestEveryHookFeedsItsSeries(t *testing.T) {
 		"ax_dispatches_held_total{}":                                    2,
 		"ax_direct_requests_total{kind=report,outcome=applied}":         2,
 		"ax_direct_requests_total{kind=submission,outcome=busy}":        1,
+		"ax_record_writes_total{how=batch}":                             32,
+		"ax_record_writes_total{how=single}":                            3,
+		"ax_record_writes_total{how=refused}":                           9,
+		"ax_record_batches_total{}":                                     2,
 		"ax_consumer_up{consumer=ax-orchestrator-submit}":               1,
 		"ax_consumer_up{consumer=ax-orchestrator-timers}":               0,
 		"ax_consumer_restarts_total{consumer=ax-orchestrator-submit}":   1,

@@ -1,0 +1,226 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/natsserver"
+)
+
+// stream starts a server that syncs every write and a stream S on s.>
+// allowing atomic publishes.
+func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir(), SyncAlways: true})
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowAtomicPublish: true})
+	if err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	return js, st
+}
+
+func casMsg(subject, data string, expected uint64) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = []byte(data)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expected, 10))
+	return m
+}
+
+// Concurrent writers, single writes and batches mixed (one group in flight,
+// batches from two writes): every acknowledgement names the sequence that
+// holds that very write, and chained compare-and-set writes on each
+// subject all succeed.
+func TestAcknowledgedSequencesHoldTheirWrites(t *testing.T) {
+	js, st := stream(t)
+	c := New(js, Options{MinBatch: 2, InFlight: 1})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	const writers, each = 48, 20
+	type acked struct {
+		subject, data string
+		seq           uint64
+	}
+	var (
+		mu   sync.Mutex
+		all  []acked
+		wg   sync.WaitGroup
+		errs = make(chan error, writers)
+	)
+	for w := range writers {
+		wg.Go(func() {
+			subject := fmt.Sprintf("s.%d", w)
+			var rev uint64
+			for i := range each {
+				data := fmt.Sprintf("%d/%d", w, i)
+				ack, err := c.Publish(ctx, casMsg(subject, data, rev))
+				if err != nil {
+					errs <- fmt.Errorf("writer %d write %d: %w", w, i, err)
+					return
+				}
+				rev = ack.Sequence
+				mu.Lock()
+				all = append(all, acked{subject, data, ack.Sequence})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	for _, a := range all {
+		m, err := st.GetMsg(ctx, a.seq)
+		if err != nil {
+			t.Fatalf("get %d: %v", a.seq, err)
+		}
+		if m.Subject != a.subject || string(m.Data) != a.data {
+			t.Fatalf("sequence %d holds %s %q, acknowledged for %s %q", a.seq, m.Subject, m.Data, a.subject, a.data)
+		}
+	}
+	s := c.Stats()
+	if s.Writes != writers*each {
+		t.Fatalf("stats count %d writes, want %d", s.Writes, writers*each)
+	}
+	if s.Batches == 0 || s.Batched < 2*s.Batches {
+		t.Fatalf("48 concurrent writers with one group in flight formed no batch: %+v", s)
+	}
+	if s.Retried != 0 {
+		t.Fatalf("writes retried on their own although no batch could be refused: %+v", s)
+	}
+	t.Logf("%+v", s)
+}
+
+// A batch holding one stale compare-and-set is refused whole; each write is
+// then published on its own: the stale one fails its compare-and-set, the
+// others are written.
+func TestRefusedBatchWritesEachOnItsOwn(t *testing.T) {
+	js, st := stream(t)
+	c := New(js, Options{MinBatch: 2})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ack, err := js.Publish(ctx, "s.taken", []byte("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := []*write{
+		{msg: casMsg("s.a", "a", 0), done: make(chan struct{})},
+		{msg: casMsg("s.taken", "stale", ack.Sequence+100), done: make(chan struct{})},
+		{msg: casMsg("s.b", "b", 0), done: make(chan struct{})},
+	}
+	c.commit(group)
+	for _, w := range group {
+		<-w.done
+	}
+	if group[0].err != nil || group[2].err != nil {
+		t.Fatalf("fresh writes failed: %v, %v", group[0].err, group[2].err)
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(group[1].err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("stale write: %v, want a wrong-last-sequence refusal", group[1].err)
+	}
+	for _, w := range []*write{group[0], group[2]} {
+		m, err := st.GetMsg(ctx, w.ack.Sequence)
+		if err != nil || m.Subject != w.msg.Subject {
+			t.Fatalf("write %s acknowledged at %d: %v %v", w.msg.Subject, w.ack.Sequence, m, err)
+		}
+		if m.Header.Get("Nats-Batch-Id") != "" {
+			t.Fatalf("write %s published again carries its refused batch's headers", w.msg.Subject)
+		}
+	}
+	if s := c.Stats(); s.Retried != 3 || s.Batches != 0 {
+		t.Fatalf("stats %+v: want the 3 writes retried, no batch", s)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Fatalf("stream holds %d messages, want 3 (nothing of the refused batch)", info.State.Msgs)
+	}
+}
+
+// Close answers writes still queued with ErrClosed and refuses new ones.
+func TestClose(t *testing.T) {
+	js, _ := stream(t)
+	c := New(js, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Publish(ctx, casMsg("s.x", "x", 0)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	c.Close()
+	if _, err := c.Publish(ctx, casMsg("s.y", "y", 0)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("publish after Close: %v, want ErrClosed", err)
+	}
+}
+
+// PublishBatches stores nothing for fewer messages than a batch pays for,
+// stores a larger set in batches of at most DefaultMaxBatch, and reports a
+// refused batch (here: one holding a duplicate message id) as not stored
+// while the others are.
+func TestPublishBatches(t *testing.T) {
+	js, st := stream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msgs := func(prefix string, n int) []*nats.Msg {
+		out := make([]*nats.Msg, n)
+		for i := range out {
+			out[i] = nats.NewMsg(fmt.Sprintf("s.%s.%d", prefix, i))
+			out[i].Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("%s-%d", prefix, i))
+		}
+		return out
+	}
+	for i, ok := range PublishBatches(ctx, js.Conn(), msgs("few", DefaultMinBatch-1)) {
+		if ok {
+			t.Fatalf("message %d of fewer than DefaultMinBatch reported stored", i)
+		}
+	}
+	if _, err := js.Publish(ctx, "s.dup.300", nil, jetstream.WithMsgID("dup-300")); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2*DefaultMaxBatch + 100
+	stored := PublishBatches(ctx, js.Conn(), msgs("dup", n))
+	for i, ok := range stored {
+		if want := i < DefaultMaxBatch || i >= 2*DefaultMaxBatch; ok != want {
+			t.Fatalf("message %d reported stored %v, want %v (only the second batch holds the duplicate)", i, ok, want)
+		}
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(1 + n - DefaultMaxBatch); info.State.Msgs != want {
+		t.Fatalf("stream holds %d messages, want %d", info.State.Msgs, want)
+	}
+}
