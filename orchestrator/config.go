@@ -18,8 +18,12 @@ import (
 // Defaults for Config.
 const (
 	DefaultWorkers = 64
-	DefaultBatch   = 256
-	DefaultAckWait = time.Minute
+	// DefaultGroupCommitWorkers is Workers' default with group commit on:
+	// a worker waiting for its record's batch costs a goroutine, and the
+	// more writes wait, the larger (and fewer) the batches.
+	DefaultGroupCommitWorkers = 256
+	DefaultBatch              = 256
+	DefaultAckWait            = time.Minute
 
 	DefaultDispatchCacheBytes   = 64 << 20
 	DefaultMaxDeliveries        = 50
@@ -64,7 +68,9 @@ type Config struct {
 	// false: an executor may report, claim and hold a lease only for an
 	// execution it was dispatched.
 	AcceptTokenless bool
-	// Workers bounds concurrently handled messages per consumer. Default 64.
+	// Workers bounds concurrently handled messages per consumer, and the
+	// direct requests handled at once. Default 64, or 256 with group commit
+	// on (TopologyOptions.GroupCommit).
 	Workers int
 	// Batch is the pull batch size. Default 256.
 	Batch int
@@ -130,6 +136,8 @@ type config struct {
 	RetryBudgetByType map[string]window.Policy
 	Breaker           breaker.Config
 	Topology          topology.Options
+	// defaultWorkers: Workers was not set, so group commit may raise it.
+	defaultWorkers bool
 }
 
 func (c Config) withDefaults() config {
@@ -141,7 +149,8 @@ func (c Config) withDefaults() config {
 		c.MaxPayload = task.DefaultMaxPayload
 	}
 	c.Limits = c.Limits.withDefaults()
-	if c.Workers <= 0 {
+	defaultWorkers := c.Workers <= 0
+	if defaultWorkers {
 		c.Workers = DefaultWorkers
 	}
 	if c.Batch <= 0 {
@@ -184,7 +193,7 @@ func (c Config) withDefaults() config {
 		Retry:       retry.Policy(c.Retry).WithDefaults(),
 		RetryBudget: window.Policy(c.RetryBudget),
 		Breaker:     breaker.Config(c.Breaker),
-		Topology:    topology.Options(c.Topology)}
+		Topology:    topology.Options(c.Topology), defaultWorkers: defaultWorkers}
 	if c.RetryBudgetByType != nil {
 		out.RetryBudgetByType = make(map[string]window.Policy, len(c.RetryBudgetByType))
 		for typ, p := range c.RetryBudgetByType {

@@ -292,6 +292,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		return err
 	}
 	if st.GroupCommit() {
+		if o.cfg.defaultWorkers {
+			o.cfg.Workers = DefaultGroupCommitWorkers
+		}
 		if o.committer == nil {
 			o.committer = groupcommit.New(o.js, groupcommit.Options{Committed: o.metrics.RecordsCommitted})
 		}

@@ -62,7 +62,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f := cmd.Flags()
 	f.StringVar(&cfg.NodeID, "node-id", "", "name of this orchestrator in the audit trail (default orchestrator-<host>-<pid>)")
-	f.IntVar(&cfg.Workers, "workers", orchestrator.DefaultWorkers, "messages handled concurrently per consumer")
+	f.IntVar(&cfg.Workers, "workers", 0, "messages handled concurrently per consumer, and direct requests at once (default 64, or 256 with group commit on)")
 	f.DurationVar(&cfg.AckWait, "ack-wait", orchestrator.DefaultAckWait, "how long a message held by an orchestrator that died waits before another takes it")
 	f.IntVar(&cfg.MaxPayload, "max-payload", 0, "largest accepted payload in bytes, encoded (default 256 KiB)")
 	f.IntVar(&cfg.Limits.MaxGraphTasks, "max-graph-tasks", task.MaxGraphTasks, "most tasks in one submitted graph; a larger graph is rejected (may be lowered, not raised)")

@@ -34,12 +34,12 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultMinBatch is the fewest queued writes sent as one batch. A
+	// DefaultMinBatch is the fewest queued writes sent as one batch: a
 	// batch costs about what 13 single synced writes cost on the disk we
-	// measured (the server stages it in a store of its own first), but
-	// under load the queue grows past that at once; below it, writes go on
-	// their own, concurrently.
-	DefaultMinBatch = 8
+	// measured (the server stages it in a store of its own first). Below
+	// it, writes go on their own, concurrently; under load the queue grows
+	// past it at once.
+	DefaultMinBatch = 16
 	// DefaultMaxBatch bounds a batch (the server allows 1,000).
 	DefaultMaxBatch = 256
 	// DefaultInFlight is how many groups (a batch, or single writes) are
