@@ -297,6 +297,7 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		}
 		if o.committer == nil {
 			o.committer = groupcommit.New(o.js, groupcommit.Options{Committed: o.metrics.RecordsCommitted})
+			o.log.Info("group commit on: record writes that queue up go as atomic batches", slog.Int("workers", o.cfg.Workers))
 		}
 		st.UseCommitter(o.committer)
 	}
