@@ -296,7 +296,10 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 			o.cfg.Workers = DefaultGroupCommitWorkers
 		}
 		if o.committer == nil {
-			o.committer = groupcommit.New(o.js, groupcommit.Options{Committed: o.metrics.RecordsCommitted})
+			o.committer = groupcommit.New(o.js, groupcommit.Options{Committed: o.metrics.RecordsCommitted,
+				Refused: func(n int, err error) {
+					o.log.Warn("a batch of record writes was not committed; writing them one by one", slog.Int("writes", n), slog.Any("error", err))
+				}})
 			o.log.Info("group commit on: record writes that queue up go as atomic batches", slog.Int("workers", o.cfg.Workers))
 		}
 		st.UseCommitter(o.committer)

@@ -73,6 +73,9 @@ type Options struct {
 	// how is HowBatch (one atomic batch), HowSingle (each on its own) or
 	// HowRefused (a batch refused or unanswered, then each on its own).
 	Committed func(n int, how string)
+	// Refused, if set, is called with why a batch of n writes was not
+	// committed (before they are published on their own).
+	Refused func(n int, err error)
 }
 
 // How a group of writes was published (Options.Committed).
@@ -252,7 +255,8 @@ func (w *write) fail(err error) {
 func (c *Committer) commit(group []*write) {
 	how := HowSingle
 	if len(group) >= c.opts.MinBatch {
-		if last, err := c.batch(group); err == nil {
+		last, err := c.batch(group)
+		if err == nil {
 			c.count(func(s *Stats) { s.Writes += uint64(len(group)); s.Batches++; s.Batched += uint64(len(group)) })
 			c.committed(len(group), HowBatch)
 			first := last.Sequence - uint64(len(group)) + 1
@@ -263,6 +267,9 @@ func (c *Committer) commit(group []*write) {
 			return
 		}
 		c.count(func(s *Stats) { s.Retried += uint64(len(group)) })
+		if c.opts.Refused != nil {
+			c.opts.Refused(len(group), err)
+		}
 		how = HowRefused
 	}
 	c.count(func(s *Stats) { s.Writes += uint64(len(group)) })
