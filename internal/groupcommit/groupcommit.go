@@ -60,6 +60,10 @@ const MetadataKey = "ax.group_commit"
 // Enabled reports whether a stream configuration turns group commit on.
 func Enabled(cfg jetstream.StreamConfig) bool { return cfg.Metadata[MetadataKey] == "true" }
 
+// batchesInFlight bounds the batches one PublishBatches call has in flight
+// (a server allows 50 per stream by default and refuses more).
+const batchesInFlight = 8
+
 // ErrClosed is returned for writes made after Close, or queued when it came.
 var ErrClosed = errors.New("group commit: closed")
 
@@ -300,9 +304,9 @@ func (c *Committer) batch(group []*write) (*jetstream.PubAck, error) {
 }
 
 // PublishBatches publishes msgs as atomic batches of at most
-// DefaultMaxBatch messages, all at once, and reports which messages a batch
-// stored: none when they are fewer than DefaultMinBatch (a batch would cost
-// more than they do). A batch is refused whole, so the caller publishes the
+// DefaultMaxBatch messages, batchesInFlight at a time, and reports which
+// messages a batch stored: none when they are fewer than DefaultMinBatch (a
+// batch would cost more than they do). A batch is refused whole, so the caller publishes the
 // others on their own, with the de-duplication ids or compare-and-set
 // headers that make a second copy of a batch whose answer was lost
 // harmless.
@@ -312,9 +316,12 @@ func PublishBatches(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) []bool
 		return stored
 	}
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, batchesInFlight)
 	for start := 0; start < len(msgs); start += DefaultMaxBatch {
 		end := min(start+DefaultMaxBatch, len(msgs))
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			if _, err := PublishBatch(ctx, nc, msgs[start:end]); err == nil {
 				for i := start; i < end; i++ {
 					stored[i] = true
