@@ -1,0 +1,33 @@
+package orchestrator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ax-run/ax/task"
+)
+
+// The reconciler's looks back off with the time a task stood still, but a
+// sharded parent waiting for its shards is looked at every interval: its
+// shards' ends decide on a count faults can leave short, and a look is one
+// leader read.
+func TestWatchTime(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	o := &Orchestrator{cfg: Config{ReconcileInterval: time.Minute, ReconcileMaxInterval: time.Hour,
+		RunGrace: time.Minute, Now: func() time.Time { return now }}.withDefaults()}
+	still := now.Add(-20 * time.Minute)
+	for _, c := range []struct {
+		name string
+		t    task.Task
+		want time.Duration
+	}{
+		{"a waiting task that stood still 20m", task.Task{State: task.Waiting, UpdatedAt: still}, 20 * time.Minute},
+		{"a sharded parent that stood still 20m", task.Task{State: task.Waiting, Phase: task.PhaseShards, UpdatedAt: still}, time.Minute},
+		{"a fresh waiting task", task.Task{State: task.Waiting, UpdatedAt: now}, time.Minute},
+		{"a task that stood still for days", task.Task{State: task.Waiting, UpdatedAt: now.Add(-72 * time.Hour)}, time.Hour},
+	} {
+		if got := o.watchTime(c.t).Sub(now); got != c.want {
+			t.Errorf("%s: next look in %s, want %s", c.name, got, c.want)
+		}
+	}
+}
