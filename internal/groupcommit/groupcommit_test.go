@@ -24,7 +24,13 @@ func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream) {
 		t.Fatalf("start nats: %v", err)
 	}
 	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
+	return streamOn(t, srv.URL(), 1)
+}
+
+// streamOn creates the stream S with replicas on the server(s) at url.
+func streamOn(t *testing.T, url string, replicas int) (jetstream.JetStream, jetstream.Stream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -35,7 +41,7 @@ func stream(t *testing.T) (jetstream.JetStream, jetstream.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowAtomicPublish: true})
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowAtomicPublish: true, Replicas: replicas})
 	if err != nil {
 		t.Fatalf("create stream: %v", err)
 	}
@@ -55,6 +61,22 @@ func casMsg(subject, data string, expected uint64) *nats.Msg {
 // subject all succeed.
 func TestAcknowledgedSequencesHoldTheirWrites(t *testing.T) {
 	js, st := stream(t)
+	acknowledgedSequences(t, js, st)
+}
+
+// The same on a 3-node cluster with an R3 stream, where a batch is one
+// replication proposal applied by every replica.
+func TestAcknowledgedSequencesHoldTheirWritesR3(t *testing.T) {
+	c, err := natsserver.StartCluster(3, natsserver.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	js, st := streamOn(t, c.URL(), 3)
+	acknowledgedSequences(t, js, st)
+}
+
+func acknowledgedSequences(t *testing.T, js jetstream.JetStream, st jetstream.Stream) {
 	c := New(js, Options{MinBatch: 2, InFlight: 1})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
