@@ -685,3 +685,54 @@ func TestCascadeRetriesAStaleRead(t *testing.T) {
 		t.Fatalf("kept %s (%s), want the stale continuation", msg.Data, msg.Header.Get(subject.HeaderPoisonReason))
 	}
 }
+
+// TestFreshReadyTaskDispatchedByItsWatch: a task made ready whose dispatch
+// was never published (the handler that wrote "ready" failed to dispatch
+// and its message came back) is dispatched by its next look, under the
+// same execution id, not left to the reconciler's repair a grace later. A
+// chaos run left one ready for 8 minutes: its watch handler wrote "ready",
+// its dispatch timed out, and the redelivery, seeing a task ready for
+// seconds, trusted its dispatch to be on its way.
+func TestFreshReadyTaskDispatchedByItsWatch(t *testing.T) {
+	t.Parallel()
+	// The default grace (1 min): within it a look used to wait.
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	ctx := testenv.Context(t, time.Minute)
+	s := newSpec("fresh-ready", "ok", "fresh-ready-missing-upstream")
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(c.Conn())
+	st, err := store.New(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec task.Task
+	var rev uint64
+	testenv.Eventually(t, 20*time.Second, "waiting", func() bool {
+		rec, rev, err = st.Get(ctx, s.ID)
+		return err == nil && rec.State == task.Waiting
+	})
+	// What a handler writes before it dispatches, with no dispatch after.
+	now := time.Now().UTC()
+	ready := rec
+	ready.State, ready.Attempt, ready.ExecutionID, ready.ReadyAt, ready.Dispatches = task.Ready, 1, "fresh-ready-exec", &now, 1
+	ready.UpdatedAt = now
+	if _, err := st.Write(ctx, task.Event{Kind: task.KindTransition, From: task.Waiting, To: task.Ready, At: now,
+		Actor: "test", Reason: "made ready, not dispatched", Task: ready}, rev); err != nil {
+		t.Fatal(err)
+	}
+	body := fmt.Sprintf(`{"id":%q,"kind":"watch","at":%q}`, s.ID, now.Format(time.RFC3339Nano))
+	if _, err := js.Publish(ctx, subject.Fire(subject.TimerWatch, s.ID), []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	got, err := c.Wait(wctx, s.ID)
+	if err != nil || got.State != task.Succeeded {
+		t.Fatalf("%s: %s %v, want it dispatched by its look and run", s.ID, got.State, err)
+	}
+	if got.ExecutionID != "fresh-ready-exec" {
+		t.Fatalf("ran under execution %s, want the one made ready (dispatched, not repaired)", got.ExecutionID)
+	}
+}

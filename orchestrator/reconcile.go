@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -45,6 +46,13 @@ const (
 // armWatch (re)arms the reconciler's look at an unfinished task.
 func (o *Orchestrator) armWatch(ctx context.Context, t task.Task) error {
 	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t)})
+}
+
+// dispatchDedupWindow is AX_READY's de-duplication window: a dispatch
+// published again within it, under the same execution id, is not stored
+// twice.
+func (o *Orchestrator) dispatchDedupWindow() time.Duration {
+	return cmp.Or(o.cfg.Topology.DuplicateWindow, DefaultDuplicateWindow)
 }
 
 // watchTime is when the reconciler should look at t if it has not moved.
@@ -126,8 +134,17 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 			if due := since.Add(o.cfg.RunGrace); now.Before(due) {
 				return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: due})
 			}
-		} else if now.Sub(*readyAt(t)) < o.cfg.RunGrace {
-			return o.armWatch(ctx, t) // its dispatch may still be on its way
+		} else if age := now.Sub(*readyAt(t)); age < o.cfg.RunGrace {
+			if age < o.dispatchDedupWindow()/2 {
+				// Its dispatch may still be on its way — or this is the
+				// redelivery of a handler that made it ready and failed to
+				// dispatch it (a chaos run left one ready for 8 minutes on
+				// that): ensure the dispatch. Within the stream's
+				// de-duplication window a copy already stored is not
+				// stored twice (its message id is the execution id).
+				return o.ensureEffects(ctx, t, rev)
+			}
+			return o.armWatch(ctx, t)
 		}
 		present := false
 		if !lost {
