@@ -89,14 +89,6 @@ const (
 	HowRefused = "refused"
 )
 
-// Stats counts what a Committer did.
-type Stats struct {
-	Writes  uint64 // writes published
-	Batches uint64 // atomic batches committed
-	Batched uint64 // writes committed in those batches
-	Retried uint64 // writes of refused or unanswered batches published again on their own
-}
-
 type write struct {
 	msg  *nats.Msg
 	ack  *jetstream.PubAck
@@ -119,9 +111,6 @@ type Committer struct {
 	// so run answers every queued write before it returns.
 	closing sync.RWMutex
 	closed  bool
-
-	mu    sync.Mutex
-	stats Stats
 }
 
 // New starts a Committer publishing through js. Every write must go to one
@@ -176,13 +165,6 @@ func (c *Committer) enqueue(ctx context.Context, w *write) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// Stats returns what the Committer did so far.
-func (c *Committer) Stats() Stats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.stats
 }
 
 // Close stops the Committer once the writes in flight are answered; writes
@@ -261,7 +243,6 @@ func (c *Committer) commit(group []*write) {
 	if len(group) >= c.opts.MinBatch {
 		last, err := c.batch(group)
 		if err == nil {
-			c.count(func(s *Stats) { s.Writes += uint64(len(group)); s.Batches++; s.Batched += uint64(len(group)) })
 			c.committed(len(group), HowBatch)
 			first := last.Sequence - uint64(len(group)) + 1
 			for i, w := range group {
@@ -270,13 +251,11 @@ func (c *Committer) commit(group []*write) {
 			}
 			return
 		}
-		c.count(func(s *Stats) { s.Retried += uint64(len(group)) })
 		if c.opts.Refused != nil {
 			c.opts.Refused(len(group), err)
 		}
 		how = HowRefused
 	}
-	c.count(func(s *Stats) { s.Writes += uint64(len(group)) })
 	c.committed(len(group), how)
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
@@ -386,10 +365,4 @@ func (c *Committer) committed(n int, how string) {
 	if c.opts.Committed != nil {
 		c.opts.Committed(n, how)
 	}
-}
-
-func (c *Committer) count(f func(*Stats)) {
-	c.mu.Lock()
-	f(&c.stats)
-	c.mu.Unlock()
 }
