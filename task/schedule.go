@@ -56,7 +56,7 @@ type Schedule struct {
 // ValidateDefinition checks the parts a user sets (the cron expression is
 // parsed by the orchestrator). maxPayload ≤ 0 means DefaultMaxPayload.
 func (s *Schedule) ValidateDefinition(maxPayload int) error {
-	if !tokenPattern.MatchString(s.Name) {
+	if !ValidCapability(s.Name) {
 		return &ValidationError{"name", fmt.Sprintf("%q is not 1-64 of [A-Za-z0-9_-]", s.Name)}
 	}
 	if s.Cron == "" {

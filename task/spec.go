@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -274,22 +273,55 @@ func describeJSONError(data []byte, err error, into any) error {
 	return err
 }
 
-var (
-	idPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_\-=/]{0,127}$`)
-	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}$`)
-	typePattern  = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}(\.[A-Za-z0-9_\-]{1,64}){0,7}$`)
-)
-
 // ValidID reports whether id can name a task: 1–128 characters of letters,
 // digits, '_', '-', '=' and '/', starting with a letter or digit.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 128 || !alnum(id[0]) {
+		return false
+	}
+	for i := 1; i < len(id); i++ {
+		if c := id[i]; !tokenByte(c) && c != '=' && c != '/' {
+			return false
+		}
+	}
+	return true
+}
 
-// ValidType reports whether t can name a task type: dot-separated tokens of
-// letters, digits, '_' and '-'.
-func ValidType(t string) bool { return typePattern.MatchString(t) }
+// ValidType reports whether t can name a task type: 1–8 dot-separated
+// tokens of 1–64 letters, digits, '_' and '-'.
+func ValidType(t string) bool {
+	tokens := 0
+	for {
+		dot := strings.IndexByte(t, '.')
+		if dot < 0 {
+			return tokens < 8 && ValidCapability(t)
+		}
+		if tokens++; !ValidCapability(t[:dot]) {
+			return false
+		}
+		t = t[dot+1:]
+	}
+}
 
-// ValidCapability reports whether c can name a capability (one subject token).
-func ValidCapability(c string) bool { return tokenPattern.MatchString(c) }
+// ValidCapability reports whether c can name a capability (one subject
+// token of 1–64 letters, digits, '_' and '-').
+func ValidCapability(c string) bool {
+	if len(c) == 0 || len(c) > 64 {
+		return false
+	}
+	for i := 0; i < len(c); i++ {
+		if !tokenByte(c[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func alnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func tokenByte(c byte) bool { return alnum(c) || c == '_' || c == '-' }
 
 // ValidationError says why a spec was rejected. Test for it with
 // errors.As; its Error is "<field>: <reason>".

@@ -3,6 +3,7 @@ package task
 import (
 	"encoding/json"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -165,4 +166,42 @@ func TestNewIDSortable(t *testing.T) {
 	if !(a < b) || !ValidID(a) {
 		t.Fatalf("ids %s, %s not sortable or invalid", a, b)
 	}
+}
+
+// The validators are hand-written scanners (they are on every submission's
+// path); these are the patterns they implement.
+var (
+	idPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_\-=/]{0,127}$`)
+	tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}$`)
+	typePattern  = regexp.MustCompile(`^[A-Za-z0-9_\-]{1,64}(\.[A-Za-z0-9_\-]{1,64}){0,7}$`)
+)
+
+func TestValidatorsMatchTheirPatterns(t *testing.T) {
+	long := strings.Repeat("a", 64)
+	cases := []string{"", "a", "A9", "_a", "-a", "a_b-c", "a=b/c", "=", "/a", "a.b", ".a", "a.", "a..b",
+		"a.b.c.d.e.f.g.h", "a.b.c.d.e.f.g.h.i", long, long + "a", long + "." + long, strings.Repeat("x", 128),
+		strings.Repeat("x", 129), "é", "a b", "a\n", "a*", "a>", "a.*"}
+	for _, c := range cases {
+		if got, want := ValidID(c), idPattern.MatchString(c); got != want {
+			t.Errorf("ValidID(%q) = %v, pattern says %v", c, got, want)
+		}
+		if got, want := ValidType(c), typePattern.MatchString(c); got != want {
+			t.Errorf("ValidType(%q) = %v, pattern says %v", c, got, want)
+		}
+		if got, want := ValidCapability(c), tokenPattern.MatchString(c); got != want {
+			t.Errorf("ValidCapability(%q) = %v, pattern says %v", c, got, want)
+		}
+	}
+}
+
+func FuzzValidators(f *testing.F) {
+	for _, s := range []string{"a", "a.b", "a=b/c", "a..b", "-x.y_z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if ValidID(s) != idPattern.MatchString(s) || ValidType(s) != typePattern.MatchString(s) ||
+			ValidCapability(s) != tokenPattern.MatchString(s) {
+			t.Fatalf("validators disagree with their patterns on %q", s)
+		}
+	})
 }

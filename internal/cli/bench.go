@@ -45,7 +45,7 @@ func (g *globals) benchJSON(res any, err error) (bool, error) {
 func benchCmd(g *globals) *cobra.Command {
 	var cfg bench.Config
 	var embedded bool
-	var dsn, cpuProfile string
+	var dsn, cpuProfile, memProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure no-op tasks end to end (submit → ready → executor → completed → succeeded)",
@@ -72,6 +72,9 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 					return err
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if memProfile != "" {
+				defer writeAllocProfile(memProfile)
 			}
 			res, err := bench.Run(cmd.Context(), cfg)
 			if done, err := g.benchJSON(res, err); done {
@@ -163,6 +166,7 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 	f.IntVar(&cfg.Bare, "bare", 20000, "jobs for the bare JetStream reference loop on the same server (streams AX_BENCH_BARE_IN/OUT, removed after), printed beside AX's throughput (0 skips it)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
+	f.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole bench process to this file when it ends (go tool pprof -sample_index=alloc_space)")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")
 	cmd.AddCommand(benchShardsCmd(g))
 	cmd.AddCommand(benchProducerCmd(g))
@@ -237,4 +241,19 @@ does not read its siblings.`,
 	f.IntVar(&cfg.MaxParallel, "max-parallel", 0, "max_parallel_shards of the jobs (0: no limit)")
 	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	return cmd
+}
+
+// writeAllocProfile writes the process's allocation profile to path; a
+// failure is reported on standard error (the bench's figures stand).
+func writeAllocProfile(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "memprofile: %v\n", err)
+	}
 }
