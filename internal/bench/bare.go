@@ -24,6 +24,9 @@ type Bare struct {
 	Workers    int           `json:"workers"`
 	Elapsed    time.Duration `json:"elapsed"`
 	JobsPerSec float64       `json:"jobs_per_sec"`
+	// ServerTraffic is the embedded server's traffic per job (nil with an
+	// external server or a cluster).
+	ServerTraffic *TrafficPer `json:"server_traffic_per_job,omitempty"`
 }
 
 // bare measures what JetStream alone does on the same server, in the same

@@ -124,6 +124,10 @@ type Phase struct {
 	// each task of a phase is expected to run and succeed exactly once.
 	DuplicateStarts    int `json:"duplicate_starts"`
 	DuplicateSuccesses int `json:"duplicate_successes"`
+	// ServerTraffic is the embedded server's traffic per task during the
+	// phase, the bench's own observer of AX_TASKS included (nil with an
+	// external server or a cluster).
+	ServerTraffic *TrafficPer `json:"server_traffic_per_task,omitempty"`
 }
 
 // streamMarks is every AX stream's last sequence, and AX_TASKS's bytes.
@@ -293,14 +297,22 @@ func (r *recorder) succeeded(id string, d time.Duration, at time.Time, delayed b
 // started with its store in a new temporary directory named after pattern;
 // stop stops that server and removes the directory.
 func serverURL(url, pattern string, syncAlways, cluster bool) (_ string, stop func(), _ error) {
+	url, stop, _, err := startServer(url, pattern, syncAlways, cluster)
+	return url, stop, err
+}
+
+// startServer is serverURL that also returns, for one embedded server, a
+// reading of the messages and bytes it received and sent (nil otherwise).
+func startServer(url, pattern string, syncAlways, cluster bool) (_ string, stop func(), _ func() Traffic, _ error) {
 	if url != "" {
-		return url, func() {}, nil
+		return url, func() {}, nil, nil
 	}
 	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	var halt func()
+	var traffic func() Traffic
 	if cluster {
 		c, cerr := natsserver.StartCluster(3, natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
 		if cerr == nil {
@@ -311,17 +323,51 @@ func serverURL(url, pattern string, syncAlways, cluster bool) (_ string, stop fu
 		srv, serr := natsserver.Start(natsserver.Config{StoreDir: dir, SyncAlways: syncAlways})
 		if serr == nil {
 			url, halt = srv.URL(), srv.Stop
+			traffic = func() Traffic {
+				v, verr := srv.Varz(nil)
+				if verr != nil {
+					return Traffic{}
+				}
+				return Traffic{InMsgs: v.InMsgs, OutMsgs: v.OutMsgs, InBytes: v.InBytes, OutBytes: v.OutBytes}
+			}
 		}
 		err = serr
 	}
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	return url, func() {
 		halt()
 		os.RemoveAll(dir)
-	}, nil
+	}, traffic, nil
+}
+
+// Traffic is what a server received from and sent to its clients (and
+// routes): messages and payload bytes, as its /varz counts them.
+type Traffic struct {
+	InMsgs   int64 `json:"in_msgs"`
+	OutMsgs  int64 `json:"out_msgs"`
+	InBytes  int64 `json:"in_bytes"`
+	OutBytes int64 `json:"out_bytes"`
+}
+
+// per is the traffic from before to t, per unit of n.
+func (t Traffic) per(before Traffic, n int) *TrafficPer {
+	if n <= 0 {
+		return nil
+	}
+	f := float64(n)
+	return &TrafficPer{InMsgs: float64(t.InMsgs-before.InMsgs) / f, OutMsgs: float64(t.OutMsgs-before.OutMsgs) / f,
+		InBytes: float64(t.InBytes-before.InBytes) / f, OutBytes: float64(t.OutBytes-before.OutBytes) / f}
+}
+
+// TrafficPer is a server's traffic per task (or per bare job).
+type TrafficPer struct {
+	InMsgs   float64 `json:"in_msgs"`
+	OutMsgs  float64 `json:"out_msgs"`
+	InBytes  float64 `json:"in_bytes"`
+	OutBytes float64 `json:"out_bytes"`
 }
 
 // Run executes the configured phases and returns their figures.
@@ -334,11 +380,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 512
 	}
-	url, stop, err := serverURL(cfg.URL, "ax-bench-", cfg.SyncAlways, cfg.Cluster)
+	url, stop, traffic, err := startServer(cfg.URL, "ax-bench-", cfg.SyncAlways, cfg.Cluster)
 	if err != nil {
 		return res, err
 	}
 	defer stop()
+	if traffic == nil {
+		traffic = func() Traffic { return Traffic{} }
+	}
 	var rec atomicRecorder
 	topo := orchestrator.TopologyOptions{Replicas: 1, ReadyInMemory: cfg.ReadyInMemory, GroupCommit: &cfg.GroupCommit}
 	if cfg.Cluster {
@@ -401,9 +450,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return err
 		}
 		worked := st.mark()
+		sent := traffic()
 		p, err := run()
 		if err != nil {
 			return err
+		}
+		if cfg.URL == "" && !cfg.Cluster {
+			p.ServerTraffic = traffic().per(sent, p.Tasks+p.DelayedTasks)
 		}
 		p.Work = st.work(ctx, worked, p.Tasks+p.DelayedTasks)
 		if err := p.stored(ctx, js, before); err != nil {
@@ -428,9 +481,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	if cfg.Bare > 0 {
+		sent := traffic()
 		b, err := bare(ctx, js, cfg.Bare, topo.Replicas)
 		if err != nil {
 			return res, err
+		}
+		if cfg.URL == "" && !cfg.Cluster {
+			b.ServerTraffic = traffic().per(sent, b.Jobs)
 		}
 		res.Bare = &b
 	}

@@ -118,6 +118,9 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 					}
 				}
 				fmt.Fprintf(g.stdout, "), %.2f on disk; AX_TASKS %.0f bytes per task\n", onDisk, p.TaskBytes)
+				if t := p.ServerTraffic; t != nil {
+					fmt.Fprintf(g.stdout, "server traffic per task during %s: %s (the bench's observer of AX_TASKS included)\n", p.Name, traffic(t))
+				}
 			}
 			for _, p := range phases {
 				printWork(g, p)
@@ -143,6 +146,9 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 					}
 				}
 				fmt.Fprintln(g.stdout)
+				if t := b.ServerTraffic; t != nil {
+					fmt.Fprintf(g.stdout, "server traffic per bare job: %s\n", traffic(t))
+				}
 			}
 			if m := res.Mirror; m != nil {
 				fmt.Fprintf(g.stdout, "\nMySQL mirror: %d events in %.1fs (%.0f events/s over the whole run), max lag %s, max backlog %d events\n",
@@ -256,4 +262,10 @@ func writeAllocProfile(path string) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "memprofile: %v\n", err)
 	}
+}
+
+// traffic formats a server's traffic per task or job.
+func traffic(t *bench.TrafficPer) string {
+	return fmt.Sprintf("%.1f messages in, %.1f out (%.0f and %.0f payload bytes); %.1f in all",
+		t.InMsgs, t.OutMsgs, t.InBytes, t.OutBytes, t.InMsgs+t.OutMsgs)
 }
