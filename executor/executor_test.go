@@ -528,3 +528,122 @@ func TestDeletedReadyConsumerIsRecreated(t *testing.T) {
 		t.Fatalf("%s: %v", s.ID, err)
 	}
 }
+
+// TestTrickleCostsFewPulls: tasks arriving one at a time wake the executor
+// through its doorbell, and each wake-up fetches the level it rang for
+// rather than probing every level: a few pull requests per task (every
+// level probed after each task was about 13).
+func TestTrickleCostsFewPulls(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{IdleProbe: time.Hour})
+	ex.HandleFunc("work", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	if got, err := c.Wait(ctx, mustSubmit(t, c, spec(t, "warm", "work", 3, "default"))); err != nil || got.State != task.Succeeded {
+		t.Fatalf("warm-up: %+v %v", got, err)
+	}
+
+	spy := testenv.Conn(t, srv.URL())
+	var pulls atomic.Int64
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamReady+".>", func(*nats.Msg) { pulls.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	for i := range n {
+		id := mustSubmit(t, c, spec(t, fmt.Sprintf("trickle-%d", i), "work", i%task.Levels, "default"))
+		if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v", id, got, err)
+		}
+	}
+	if per := float64(pulls.Load()) / n; per > 5 {
+		t.Fatalf("%.1f pull requests per task arriving one at a time; want at most 5", per)
+	} else {
+		t.Logf("%.1f pull requests per task", per)
+	}
+}
+
+// TestRedeliveryFoundWhileTheDoorbellRings: a redelivered dispatch rings
+// no doorbell. While other tasks keep waking the executor through it (so
+// it never idles into its probe), the level the redelivery is on is still
+// probed, and the task runs.
+func TestRedeliveryFoundWhileTheDoorbellRings(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	nc := testenv.Conn(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+
+	// Queue a p0 task and take its dispatch away from executors for a while,
+	// as an executor that hands it back with a delay would.
+	queueReady(t, c, nc, []task.Spec{spec(t, "urgent", "work", 0, "default")})
+	js, _ := jetstream.New(nc)
+	cons, err := js.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
+		Durable: subject.ReadyConsumer("default", 0), FilterSubject: subject.Ready("default", 0),
+		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 65536,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held jetstream.Msg
+	for m := range batch.Messages() {
+		held = m
+	}
+	if held == nil {
+		t.Fatal("the p0 dispatch was not delivered to the test")
+	}
+
+	ex := testenv.Executor(t, srv.URL(), executor.Config{IdleProbe: time.Hour})
+	ex.HandleFunc("work", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, ex)
+	// A trickle of p5 tasks keeps the doorbell ringing.
+	stop := make(chan struct{})
+	trickled := make(chan struct{})
+	go func() {
+		defer close(trickled)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := c.Submit(ctx, spec(t, fmt.Sprintf("bulk-%d", i), "work", 5, "default")); err != nil && ctx.Err() == nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-trickled }()
+	testenv.Eventually(t, 30*time.Second, "the executor busy with the trickle", func() bool {
+		got, err := c.Get(ctx, "bulk-3")
+		return err == nil && got.State == task.Succeeded
+	})
+	if err := held.NakWithDelay(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "urgent"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("redelivered p0 task: %+v %v", got, err)
+	}
+}
+
+func mustSubmit(t *testing.T, c *sdk.Client, s task.Spec) string {
+	t.Helper()
+	id, err := c.Submit(testenv.Context(t, 30*time.Second), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

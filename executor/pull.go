@@ -22,6 +22,10 @@ const maxReadyAckPending = 65536
 // bellWait bounds the wait for a task whose publish rang the doorbell.
 const bellWait = 100 * time.Millisecond
 
+// busyProbe is how often levels last seen empty are probed while the
+// doorbell is armed and rounds keep finding work (redeliveries do not ring).
+const busyProbe = 200 * time.Millisecond
+
 // puller pulls one capability's six priority levels by smooth weighted round
 // robin across the levels that have work.
 //
@@ -30,8 +34,16 @@ const bellWait = 100 * time.Millisecond
 // appears on an idle level — a P0 behind a P5 backlog — is taken in the next
 // round; then the rest is shared among levels with work by their weights.
 // When a round finds nothing the puller sleeps on a core subscription to
-// task.ready.<capability>.* (woken by the next publish) instead of polling,
-// re-checking every IdleProbe for redeliveries.
+// task.ready.<capability>.* (the doorbell, woken by the next publish) instead
+// of polling, re-checking every IdleProbe for redeliveries.
+//
+// The doorbell stays armed while rounds take less than they could (a
+// moderate rate: each wake-up fetches the levels it rang for, a request or
+// two per task instead of a probe of every level), and is dropped when a
+// round fills the free capacity (a backlog: pulls find work without it, and
+// it would cost a message per task). While it is armed, publishes ring it,
+// so levels last seen empty are probed only every busyProbe, for what
+// arrives without a publish (redeliveries).
 type puller struct {
 	e          *Executor
 	s          *session
@@ -46,6 +58,8 @@ type puller struct {
 	rung atomic.Uint32
 	// failures counts consecutive failed rounds.
 	failures int
+	// probed is when levels last seen empty were last probed.
+	probed time.Time
 }
 
 func (e *Executor) newPuller(ctx context.Context, s *session, capability string) (*puller, error) {
@@ -108,14 +122,19 @@ func (p *puller) run(ctx context.Context) {
 			continue
 		}
 		p.failures = 0
-		if got > 0 {
+		if got >= n {
+			// It took all it could: more is likely waiting.
 			p.sleepDone()
+			continue
+		}
+		if got > 0 {
 			continue
 		}
 		if p.bell == nil {
 			// Arm the doorbell, then look once more so a publish between
 			// the empty round and the subscription is not missed.
 			if p.arm() {
+				p.probed = time.Time{} // the look once more probes every level
 				continue
 			}
 		}
@@ -139,9 +158,14 @@ func (p *puller) round(ctx context.Context, n int) (got int, err error) {
 			p.empty[lvl] = k == 0
 		}
 	}
-	// Probe levels last seen empty, highest priority first.
+	// Probe levels last seen empty, highest priority first (while the
+	// doorbell is armed, publishes ring it: only every busyProbe).
+	probe := p.bell == nil || time.Since(p.probed) >= busyProbe
+	if probe {
+		p.probed = time.Now()
+	}
 	for lvl := range task.Levels {
-		if n-got <= 0 {
+		if n-got <= 0 || !probe {
 			break
 		}
 		if p.empty[lvl] {
@@ -265,10 +289,12 @@ func (p *puller) sleep(ctx context.Context) {
 	defer t.Stop()
 	select {
 	case <-p.bellRng:
+		// The doorbell says which levels have new work; the rest are
+		// probed as usual.
 	case <-t.C:
+		p.empty = [task.Levels]bool{}
 	case <-ctx.Done():
 	}
-	p.empty = [task.Levels]bool{}
 }
 
 // sleepDone drops the doorbell once there is work again.
