@@ -41,6 +41,8 @@ func securityAccount() permission.Account {
 			acct.Users[i].Types = []string{demo.TypeNoop, demo.TypeSleep, demo.TypeSplit, demo.TypeGather}
 		case "executor-pdf":
 			acct.Users[i].Types = []string{demo.TypeFlaky, demo.TypeFail}
+		case "producer-email":
+			acct.Users[i].Types = []string{demo.TypeNoop}
 		}
 	}
 	return acct
@@ -311,6 +313,50 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			return err
 		})
 		refusedSub(prodNC, "producer", subject.ReplyInbox+".>")
+	})
+	step("a producer limited to a type submits another, or reads another type's tasks", func() {
+		limNC := sec.connect("producer-email")
+		lim, err := sdk.New(ctx, limNC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Its own type: submitted, and its state read through an
+		// orchestrator (also a task of its type that another producer
+		// submitted).
+		s, err := task.New(demo.TypeNoop, demo.Params{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ID, s.Capability = "limited-noop", "email"
+		if _, err := lim.Submit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range []string{"limited-noop", "email-noop-04"} {
+			if got, err := lim.WaitState(ctx, demo.TypeNoop, id); err != nil || got.State != task.Succeeded {
+				t.Fatalf("producer-email reading %s: %+v %v", id, got, err)
+			}
+		}
+		// Under its type, a task of another type is not found.
+		if _, err := lim.State(ctx, demo.TypeNoop, "email-sleep"); !errors.Is(err, sdk.ErrNotFound) {
+			t.Fatalf("email-sleep under %s: %v, want not found", demo.TypeNoop, err)
+		}
+		refused("producer-email", "Publish", subject.State("email-sleep", demo.TypeSleep), func(ctx context.Context) error {
+			_, err := lim.State(ctx, demo.TypeSleep, "email-sleep")
+			return err
+		})
+		refused("producer-email", "Publish", "$JS.API.STREAM.MSG.GET.AX_TASKS", func(ctx context.Context) error {
+			_, err := limNC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.AX_TASKS", []byte(`{"last_by_subj":"ax.task.email-sleep"}`))
+			return err
+		})
+		refused("producer-email", "Publish", "$JS.API.DIRECT.GET.AX_TASKS.ax.task.email-sleep", func(ctx context.Context) error {
+			_, err := limNC.RequestWithContext(ctx, "$JS.API.DIRECT.GET.AX_TASKS.ax.task.email-sleep", nil)
+			return err
+		})
+		refused("producer-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_TASKS.peek.ax.task.>", func(ctx context.Context) error {
+			_, err := js(limNC).CreateOrUpdateConsumer(ctx, subject.StreamTasks, jetstream.ConsumerConfig{Durable: "peek", FilterSubject: subject.TaskAll})
+			return err
+		})
+		refusedPub(limNC, "producer-email", subject.SubmitLane(0, demo.TypeSleep), []byte(`{"id":"limited-sleep","type":"demo.sleep"}`))
 	})
 	step("email executor takes pdf's dispatches", func() {
 		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-pdf-p2.task.ready.pdf.p2", func(ctx context.Context) error {

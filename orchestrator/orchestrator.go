@@ -149,6 +149,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		o.closeCommitter()
 		return fmt.Errorf("orchestrator: %w", err)
 	}
+	if err := o.serveStates(runCtx); err != nil {
+		cancel()
+		o.bg.Wait()
+		o.closeCommitter()
+		return fmt.Errorf("orchestrator: %w", err)
+	}
 	o.bg.Add(1)
 	go o.breakerLoop(runCtx)
 	o.bg.Add(1)

@@ -126,6 +126,31 @@ func ExampleClient_Wait() {
 	// Output: succeeded in attempt 1 {"status":"sent"}
 }
 
+// A producer whose NATS user may submit only "email.>" tasks reads their
+// state through an orchestrator, naming the type: under another type the
+// task is not found.
+func ExampleClient_WaitState() {
+	url, stop := startAX()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, _ := sdk.Connect(ctx, url)
+	defer c.Close()
+
+	spec, _ := task.New("email.send", nil)
+	id, _ := c.Submit(ctx, spec)
+	t, err := c.WaitState(ctx, "email.send", id)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(t.State, string(t.Result))
+	_, err = c.State(ctx, "pdf.render", id)
+	fmt.Println(errors.Is(err, sdk.ErrNotFound))
+	// Output:
+	// succeeded {"status":"sent"}
+	// true
+}
+
 // Cancel stops a task wherever it is; a running handler has its context
 // cancelled.
 func ExampleClient_Cancel() {

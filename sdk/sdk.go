@@ -192,11 +192,11 @@ func msgID(id string, data []byte) string {
 // fresh message id, after removing the stale rejection, so the orchestrator
 // evaluates it anew (a missing dependency may exist by now). If the task
 // exists, or the earlier submission is still being handled, nothing is done.
+//
+// An orchestrator is asked first (State: all a producer limited to task
+// types may read); without an answer the streams are read.
 func (c *Client) resubmitIfRejected(ctx context.Context, subj, id string, data []byte) error {
-	if _, _, err := c.store.Get(ctx, id); err == nil {
-		return nil
-	}
-	rej, err := c.rejection(ctx, id)
+	rej, err := c.rejectedBefore(ctx, subj, id)
 	if err != nil || rej == nil {
 		return err
 	}
@@ -277,26 +277,27 @@ func (c *Client) Dependents(ctx context.Context, id string) ([]string, error) {
 	return e.Dependents(ctx, id)
 }
 
+// rejectedBefore returns the rejection of an earlier submission of id on
+// subj, or nil when the task exists or there is none.
+func (c *Client) rejectedBefore(ctx context.Context, subj, id string) (*task.Rejection, error) {
+	if typ, ok := subject.TypeFromSubmit(subj); ok {
+		_, err := c.State(ctx, typ, id)
+		var rejected *RejectedError
+		switch {
+		case errors.As(err, &rejected):
+			return &rejected.Rejection, nil
+		case err == nil, errors.Is(err, ErrNotFound):
+			return nil, nil
+		}
+	}
+	if _, _, err := c.store.Get(ctx, id); err == nil {
+		return nil, nil
+	}
+	return c.rejection(ctx, id)
+}
+
 func (c *Client) rejection(ctx context.Context, id string) (*task.Rejection, error) {
-	if !task.ValidID(id) {
-		return nil, nil
-	}
-	st, err := c.js.Stream(ctx, subject.StreamRejected)
-	if err != nil {
-		return nil, fmt.Errorf("bind rejections: %w", err)
-	}
-	msg, err := st.GetLastMsgForSubject(ctx, subject.Rejected(id, ""))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get rejection of %s: %w", id, err)
-	}
-	var r task.Rejection
-	if err := json.Unmarshal(msg.Data, &r); err != nil {
-		return nil, fmt.Errorf("decode rejection of %s: %w", id, err)
-	}
-	return &r, nil
+	return store.Rejection(ctx, c.js, id)
 }
 
 // History returns every event of a task, oldest first.
@@ -318,7 +319,8 @@ func (c *Client) History(ctx context.Context, id string) ([]task.HistoryEntry, e
 
 // Wait blocks until the task reaches a terminal state (succeeded, failed,
 // cancelled, expired) and returns it. It returns a *RejectedError if the
-// submission was refused, or ctx's error.
+// submission was refused, or ctx's error. It reads the task streams: a
+// producer whose user may read only some task types uses WaitState.
 func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
 	// NATS may not answer for a while (a node failing over, a leader
 	// election): waiting is what the caller asked for, so transient errors

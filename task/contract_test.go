@@ -15,7 +15,7 @@ func TestContractDocumentsEveryField(t *testing.T) {
 		t.Fatal(err)
 	}
 	types := []any{Spec{}, Task{}, Event{}, Dispatch{}, Report{}, AttemptError{}, DeadLetter{}, Rejection{},
-		Graph{}, Schedule{}, Pause{}, AuditEvent{}, CommandRequest{}, CommandReply{},
+		Graph{}, Schedule{}, Pause{}, AuditEvent{}, CommandRequest{}, CommandReply{}, StateReply{},
 		ShardSpec{}, Plan{}, PlanRef{}, Sharding{}, ShardSummary{}, MemberOutcome{}, Lease{}}
 	for _, v := range types {
 		var walk func(rt reflect.Type)

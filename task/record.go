@@ -435,6 +435,22 @@ type ClaimReply struct {
 	Error string `json:"error,omitempty"`
 }
 
+// StateReply is the orchestrator's answer to a state read (ax.state.<id>.<type>):
+// the task if it has that type, or the rejection of a submission of that
+// id and type; neither is "not found" in Error, also for a task of another
+// type (a reader limited to some types learns nothing of the others).
+type StateReply struct {
+	// Task is the task's record at Revision.
+	Task     *Task  `json:"task,omitempty"`
+	Revision uint64 `json:"revision,omitempty"`
+	// Rejection is why a submission of that id was refused.
+	Rejection *Rejection `json:"rejection,omitempty"`
+	// NotFound says there is neither; Error says why the read failed (try
+	// again).
+	NotFound bool   `json:"not_found,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
 // CommandReply is what the orchestrator answers on the Ax-Reply-To subject.
 type CommandReply struct {
 	// OK says the command was applied; Error says why not.

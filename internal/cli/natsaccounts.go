@@ -48,7 +48,7 @@ deploy/security/README.md.`,
 	f := cmd.Flags()
 	f.StringVar(&account, "account", permission.DefaultAccount, "name of AX's account")
 	f.StringArrayVar(&executors, "executor", []string{"email=email.>", "pdf=pdf.>"}, "an executor user: CAPABILITY[=TYPE,…] (repeat for each capability)")
-	f.StringArrayVar(&producers, "producer", []string{"producer"}, "a producer user: NAME[=TYPE,…] (repeat)")
+	f.StringArrayVar(&producers, "producer", []string{"producer", "producer-email=email.>"}, "a producer user: NAME[=TYPE,…] (repeat)")
 	f.StringArrayVar(&operators, "operator", []string{"operator", "console"}, "an operator user (the CLI's commands, the console) (repeat)")
 	f.BoolVar(&producersCancel, "producers-cancel", false, "let producers cancel tasks (any task)")
 	return cmd

@@ -20,13 +20,15 @@ type Account struct {
 
 // Sample is the account of deploy/security/accounts.conf: an orchestrator,
 // executors of the capabilities email (task types email.>) and pdf
-// (pdf.>), a producer, the mirror, an operator and the console.
+// (pdf.>), a producer of any type, a producer of email tasks only, the
+// mirror, an operator and the console.
 func Sample() Account {
 	return Account{Users: []User{
 		{Name: "orchestrator", Role: Orchestrator},
 		{Name: "executor-email", Role: Executor, Capability: "email", Types: []string{"email.>"}},
 		{Name: "executor-pdf", Role: Executor, Capability: "pdf", Types: []string{"pdf.>"}},
 		{Name: "producer", Role: Producer},
+		{Name: "producer-email", Role: Producer, Types: []string{"email.>"}},
 		{Name: "mirror", Role: Mirror},
 		{Name: "operator", Role: Operator},
 		{Name: "console", Role: Operator},

@@ -292,7 +292,7 @@ func orchestrator(objects []string) Permissions {
 	for _, b := range objects {
 		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
 	}
-	p.Subscribe.Allow = []string{subject.ClaimAll, subject.DirectAll}
+	p.Subscribe.Allow = []string{subject.ClaimAll, subject.DirectAll, subject.StateAll}
 	p.AllowResponses = true // claim and direct-request replies
 	return p
 }
@@ -363,13 +363,25 @@ func withDirect(subjects ...string) []string {
 func producer(name string, types []string, cancel bool, objects []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(types), streamInfoAll)
-	// Task state and results: records, histories and Wait (AX_TASKS),
-	// dependents (AX_EDGES), shard progress (AX_FANIN, AX_COUNTS),
-	// results kept as objects.
-	read(&p, Producer, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
-		objStreams(objects)...)...)
-	// Its rejections; a resubmission clears the stale one.
-	p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), jsAPI+"STREAM.PURGE."+subject.StreamRejected)
+	if len(types) == 0 {
+		// Task state and results: records, histories and Wait (AX_TASKS),
+		// dependents (AX_EDGES), shard progress (AX_FANIN, AX_COUNTS),
+		// results kept as objects; rejections.
+		read(&p, Producer, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
+			objStreams(objects)...)...)
+		p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), subject.StateAll)
+	} else {
+		// Limited to types: the state of its types' tasks only, asked of
+		// an orchestrator (sdk.Client.State), which answers a task or a
+		// rejection only when it has the subject's type. Stream reads
+		// cannot be scoped by type: none.
+		for _, t := range types {
+			p.Publish.Allow = append(p.Publish.Allow, subject.StatePattern(t))
+		}
+		read(&p, Producer, objStreams(objects)...)
+	}
+	// A resubmission clears its id's stale rejection.
+	p.Publish.Allow = append(p.Publish.Allow, jsAPI+"STREAM.PURGE."+subject.StreamRejected)
 	p.Publish.Allow = append(p.Publish.Allow, subject.OutboxNotify) // outbox.Notify
 	p.Subscribe.Allow = []string{subject.OutboxNotify}              // the outbox relay
 	if cancel {

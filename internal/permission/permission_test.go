@@ -157,6 +157,27 @@ func TestMatrix(t *testing.T) {
 		pub("producer", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_pdf", true),
 		pub("producer", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS", true),
 		pub("producer", "$O.AX_OBJECTS_pdf.M.abc", false),
+		pub("producer", subject.State("x", "pdf.render"), true),
+
+		// A producer limited to types: their submissions and their
+		// tasks' state through an orchestrator; no stream of task state
+		// (a stream read cannot be scoped by type).
+		pub("producer-email", subject.SubmitLane(0, "email.send"), true),
+		pub("producer-email", subject.Direct(subject.SubmitLane(0, "email.send")), true),
+		pub("producer-email", subject.SubmitLane(0, "pdf.render"), false),
+		pub("producer-email", subject.GraphSubmit, false),
+		pub("producer-email", subject.State("x", "email.send"), true),
+		pub("producer-email", subject.State("x", "email.send.bulk"), true),
+		pub("producer-email", subject.State("x", "pdf.render"), false),
+		pub("producer-email", subject.State("x", "email"), false),
+		pub("producer-email", "$JS.API.STREAM.MSG.GET.AX_TASKS", false),
+		pub("producer-email", "$JS.API.DIRECT.GET.AX_TASKS.ax.task.x", false),
+		pub("producer-email", "$JS.API.CONSUMER.CREATE.AX_TASKS.abc.ax.task.x", false),
+		pub("producer-email", "$JS.API.STREAM.MSG.GET.AX_EDGES", false),
+		pub("producer-email", "$JS.API.STREAM.MSG.GET.AX_REJECTED", false),
+		pub("producer-email", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", true),
+		pub("producer-email", subject.Task("x"), false),
+		sub("orchestrator", subject.State("x", "email.send"), true),
 
 		// The mirror reads AX_TASKS only.
 		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-mirror.ax.task.>", true),

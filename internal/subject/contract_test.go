@@ -26,6 +26,7 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		string(TimerStart), string(TimerDeadline), string(TimerDispatch), string(TimerSchedule),
 		StreamTypes, TaskTypeAll, TaskType("<type>"), BucketObjects, ObjectBucket("<capability>"),
 		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
+		State("<id>", "<type>"),
 	}
 	for _, n := range names {
 		if !strings.Contains(string(doc), n) {

@@ -148,6 +148,7 @@ const (
 	rejectedPrefix  = "ax.rejected."
 	cancelPrefix    = "ax.signal.cancel."
 	claimPrefix     = "ax.claim."
+	statePrefix     = "ax.state."
 	directPrefix    = "ax.direct."
 	// DirectAll is every direct request (Direct); the orchestrators answer
 	// it as one queue group.
@@ -155,6 +156,9 @@ const (
 	// ClaimAll is every claim subject; the orchestrators answer it as one
 	// queue group.
 	ClaimAll = "ax.claim.*"
+	// StateAll is every typed state read (State); the orchestrators answer
+	// it as one queue group.
+	StateAll = "ax.state.>"
 )
 
 // Submit is where a spec of type t is submitted without an intake lane
@@ -433,6 +437,26 @@ func EdgeChild(subj, up string) (string, bool) {
 // Claim is where an executor of capability asks the orchestrator to claim
 // an attempt (task.ClaimRequest, a core NATS request; see ClaimAll).
 func Claim(capability string) string { return claimPrefix + capability }
+
+// State is where a client asks an orchestrator for the state of task id
+// of type typ (a core NATS request; task.StateReply). The type is in the
+// subject so that the server can scope the right by type: a producer
+// limited to some types may read only their tasks (deploy/security).
+func State(id, typ string) string { return statePrefix + id + "." + typ }
+
+// StatePattern matches the state reads of the types matching typePattern
+// ("email.>", "pdf.render").
+func StatePattern(typePattern string) string { return statePrefix + "*." + typePattern }
+
+// ParseState returns the task id and type of a State subject.
+func ParseState(subj string) (id, typ string, ok bool) {
+	rest, ok := strings.CutPrefix(subj, statePrefix)
+	if !ok {
+		return "", "", false
+	}
+	id, typ, ok = strings.Cut(rest, ".")
+	return id, typ, ok && id != "" && typ != ""
+}
 
 // CapabilityFromClaim is the capability token of a claim subject.
 func CapabilityFromClaim(subj string) string { return strings.TrimPrefix(subj, claimPrefix) }
