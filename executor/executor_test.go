@@ -174,13 +174,7 @@ func TestIdleExecutorDoesNotPoll(t *testing.T) {
 	testenv.Start(t, ex)
 
 	// Count pull requests to the ready consumers while the executor idles.
-	spy := testenv.Conn(t, srv.URL())
-	var pulls atomic.Int64
-	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamReady+".>", func(*nats.Msg) { pulls.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	pulls := countPulls(t, srv.URL())
 	// Settle: the first empty rounds (slow under the race detector on a
 	// loaded machine) arm the doorbell; wait for a quiet half second.
 	testenv.Eventually(t, 30*time.Second, "the executor idle", func() bool {
@@ -546,16 +540,7 @@ func TestTrickleCostsFewPulls(t *testing.T) {
 		t.Fatalf("warm-up: %+v %v", got, err)
 	}
 
-	spy := testenv.Conn(t, srv.URL())
-	var pulls atomic.Int64
-	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamReady+".>", func(*nats.Msg) { pulls.Add(1) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	pulls := countPulls(t, srv.URL())
 	const n = 60
 	for i := range n {
 		id := mustSubmit(t, c, spec(t, fmt.Sprintf("trickle-%d", i), "work", i%task.Levels, "default"))
@@ -646,4 +631,20 @@ func mustSubmit(t *testing.T, c *sdk.Client, s task.Spec) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// countPulls counts the pull requests to the ready consumers from now on.
+func countPulls(t *testing.T, url string) *atomic.Int64 {
+	t.Helper()
+	spy := testenv.Conn(t, url)
+	var pulls atomic.Int64
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamReady+".>", func(*nats.Msg) { pulls.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return &pulls
 }

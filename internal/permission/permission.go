@@ -427,17 +427,9 @@ func operator(name string, objects []string) Permissions {
 // internals, not the other way round).
 const auditOperator = "operator"
 
-func validToken(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
+// validToken accepts one subject token of 1–64 of [A-Za-z0-9_-] (a
+// capability's form).
+func validToken(s string) bool { return task.ValidCapability(s) }
 
 // validPattern accepts a task type, or one with wildcard tokens ("*", and
 // ">" last).
