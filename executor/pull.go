@@ -289,8 +289,8 @@ func (p *puller) sleep(ctx context.Context) {
 	defer t.Stop()
 	select {
 	case <-p.bellRng:
-		// The doorbell says which levels have new work; the rest are
-		// probed as usual.
+		// The doorbell says which levels have new work; the others
+		// stay as last seen, probed every busyProbe.
 	case <-t.C:
 		p.empty = [task.Levels]bool{}
 	case <-ctx.Done():
