@@ -357,6 +357,18 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			return err
 		})
 		refusedPub(limNC, "producer-email", subject.SubmitLane(0, demo.TypeSleep), []byte(`{"id":"limited-sleep","type":"demo.sleep"}`))
+		// Get and Wait read the task streams: refused, and said so.
+		for name, read := range map[string]func(context.Context) error{
+			"Get":  func(ctx context.Context) error { _, err := lim.Get(ctx, "limited-noop"); return err },
+			"Wait": func(ctx context.Context) error { _, err := lim.Wait(ctx, "limited-noop"); return err },
+		} {
+			rctx, done := context.WithTimeout(ctx, 3*time.Second)
+			err := read(rctx)
+			done()
+			if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "WaitState") {
+				t.Fatalf("producer-email %s: %v, want a permissions violation pointing at State and WaitState", name, err)
+			}
+		}
 	})
 	step("email executor takes pdf's dispatches", func() {
 		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-pdf-p2.task.ready.pdf.p2", func(ctx context.Context) error {

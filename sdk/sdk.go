@@ -258,7 +258,7 @@ func (c *Client) Get(ctx context.Context, id string) (*task.Task, error) {
 		return &t, nil
 	}
 	if !errors.Is(err, store.ErrNotFound) {
-		return nil, err
+		return nil, c.denied(err)
 	}
 	if rej, err := c.rejection(ctx, id); err != nil {
 		return nil, err
@@ -328,6 +328,9 @@ func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
 	backoff := 100 * time.Millisecond
 	for {
 		t, err := c.wait(ctx, id)
+		if denied := c.denied(err); denied != err {
+			return nil, denied
+		}
 		if err == nil || ctx.Err() != nil || !transient(err) {
 			return t, err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -79,4 +80,18 @@ func (c *Client) WaitState(ctx context.Context, taskType, id string) (*task.Task
 		}
 		every = min(2*every, time.Second)
 	}
+}
+
+// denied explains err, a read of the task streams that got no answer, when
+// the server refused the request: the client's NATS user may not read
+// them (a producer limited to task types reads through State). The result
+// wraps nats.ErrPermissionViolation. Other errors are returned as they are.
+func (c *Client) denied(err error) error {
+	last := c.nc.LastError()
+	if err == nil || !transient(err) || !errors.Is(last, nats.ErrPermissionViolation) ||
+		!strings.Contains(last.Error(), "$JS.API") || !strings.Contains(last.Error(), subject.StreamTasks) {
+		return err
+	}
+	return fmt.Errorf("%w (this NATS user may not read %s: a producer limited to task types reads its tasks with State and WaitState)",
+		last, subject.StreamTasks)
 }
