@@ -249,7 +249,10 @@ func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64)
 			// A copy of a dispatch whose execution runs elsewhere.
 			return d.Task, 0, false, errRunningElsewhere
 		default:
-			return d.Task, 0, false, nil // cancelled, expired or ended
+			// This execution ended (or was cancelled) and a copy of its
+			// dispatch is here: the orchestrator ensures the outcome's
+			// effects, whose trigger this may be, and answers "ended".
+			return e.claimByOrchestrator(ctx, d, delivered, e.cfg.Now().UTC(), false)
 		}
 	}
 }

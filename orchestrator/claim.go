@@ -93,7 +93,18 @@ func (o *Orchestrator) claim(ctx context.Context, capability string, req task.Cl
 		var next task.Task
 		var reason string
 		switch {
-		case cur.ExecutionID != req.ExecutionID || (cur.State != task.Ready && cur.State != task.Running):
+		case cur.ExecutionID == req.ExecutionID && cur.State != task.Ready && cur.State != task.Running:
+			// This execution's attempt ended (or the task was cancelled),
+			// and its dispatch is still delivered: its executor may have
+			// died between the outcome's write and its effects (a direct
+			// report answered "failed", never stored). The dispatch is then
+			// the effects' last trigger: ensure them (idempotent) before
+			// answering, and have the executor ask again if they fail.
+			if err := o.ensureEffects(ctx, cur, rev); err != nil {
+				return task.ClaimReply{Error: fmt.Sprintf("%s ended; its effects not ensured yet: %v", req.ID, err)}
+			}
+			return task.ClaimReply{Status: task.ClaimEnded}
+		case cur.ExecutionID != req.ExecutionID:
 			return task.ClaimReply{Status: task.ClaimEnded}
 		case cur.State == task.Running && req.Mark && cur.Executor == req.Executor:
 			return task.ClaimReply{Status: task.ClaimGranted, Task: &cur, Revision: rev}
