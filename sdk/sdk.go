@@ -260,7 +260,7 @@ func (c *Client) Get(ctx context.Context, id string) (*task.Task, error) {
 	if !errors.Is(err, store.ErrNotFound) {
 		return nil, c.denied(err)
 	}
-	if rej, err := c.rejection(ctx, id); err != nil {
+	if rej, err := store.Rejection(ctx, c.js, id); err != nil {
 		return nil, err
 	} else if rej != nil {
 		return nil, &RejectedError{*rej}
@@ -293,10 +293,6 @@ func (c *Client) rejectedBefore(ctx context.Context, subj, id string) (*task.Rej
 	if _, _, err := c.store.Get(ctx, id); err == nil {
 		return nil, nil
 	}
-	return c.rejection(ctx, id)
-}
-
-func (c *Client) rejection(ctx context.Context, id string) (*task.Rejection, error) {
 	return store.Rejection(ctx, c.js, id)
 }
 
@@ -375,7 +371,7 @@ func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 		}
 		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
 			if !seen {
-				if rej, err := c.rejection(ctx, id); err != nil {
+				if rej, err := store.Rejection(ctx, c.js, id); err != nil {
 					return nil, err
 				} else if rej != nil {
 					return nil, &RejectedError{*rej}

@@ -385,9 +385,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	defer stop()
-	if traffic == nil {
-		traffic = func() Traffic { return Traffic{} }
-	}
 	var rec atomicRecorder
 	topo := orchestrator.TopologyOptions{Replicas: 1, ReadyInMemory: cfg.ReadyInMemory, GroupCommit: &cfg.GroupCommit}
 	if cfg.Cluster {
@@ -450,12 +447,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return err
 		}
 		worked := st.mark()
-		sent := traffic()
+		var sent Traffic
+		if traffic != nil {
+			sent = traffic()
+		}
 		p, err := run()
 		if err != nil {
 			return err
 		}
-		if cfg.URL == "" && !cfg.Cluster {
+		if traffic != nil {
 			p.ServerTraffic = traffic().per(sent, p.Tasks+p.DelayedTasks)
 		}
 		p.Work = st.work(ctx, worked, p.Tasks+p.DelayedTasks)
@@ -481,12 +481,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	if cfg.Bare > 0 {
-		sent := traffic()
+		var sent Traffic
+		if traffic != nil {
+			sent = traffic()
+		}
 		b, err := bare(ctx, js, cfg.Bare, topo.Replicas)
 		if err != nil {
 			return res, err
 		}
-		if cfg.URL == "" && !cfg.Cluster {
+		if traffic != nil {
 			b.ServerTraffic = traffic().per(sent, b.Jobs)
 		}
 		res.Bare = &b
