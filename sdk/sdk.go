@@ -281,7 +281,11 @@ func (c *Client) Dependents(ctx context.Context, id string) ([]string, error) {
 // subj, or nil when the task exists or there is none.
 func (c *Client) rejectedBefore(ctx context.Context, subj, id string) (*task.Rejection, error) {
 	if typ, ok := subject.TypeFromSubmit(subj); ok {
-		_, err := c.State(ctx, typ, id)
+		// Briefly: this runs when no orchestrator took the submission
+		// directly, and the caller's time is for the fallback too.
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.State(sctx, typ, id)
+		cancel()
 		var rejected *RejectedError
 		switch {
 		case errors.As(err, &rejected):
