@@ -53,6 +53,10 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		}
 	case kind == subject.CommandRedrive:
 		t, err = o.redrive(ctx, id, req)
+	case kind == subject.CommandLimitSet:
+		err = o.setLimit(ctx, id, req)
+	case kind == subject.CommandLimitDelete:
+		err = o.deleteLimit(ctx, id, req)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errCommand, kind)
 	}

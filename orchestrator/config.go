@@ -31,6 +31,7 @@ const (
 	DefaultReconcileInterval    = time.Minute
 	DefaultReconcileMaxInterval = time.Hour
 	DefaultRunGrace             = time.Minute
+	DefaultFairWindow           = 1024
 )
 
 // Config configures an Orchestrator. The zero value is usable.
@@ -62,6 +63,18 @@ type Config struct {
 	// Limits bound graphs, dependencies, shards and distinct task types;
 	// see Limits for each default. New refuses a value above its ceiling.
 	Limits Limits
+	// KeyLimits are the limits per key (task.KeyLimit) from configuration:
+	// concurrency and rate limits on concurrency keys, weights of
+	// fairness keys. A limit set at run time (ax limits set,
+	// sdk.Client.SetLimit) replaces the one of the same pattern. Give
+	// every orchestrator the same list.
+	KeyLimits []task.KeyLimit
+	// FairWindow is how many dispatches one capability and priority may
+	// hold (delivered or not, not yet acknowledged) before the ready tasks
+	// with a fairness key queue in the orchestrator and are dispatched in
+	// turn by key (weighted) as the level drains. Default 1024; negative:
+	// no fairness, every task is dispatched at once.
+	FairWindow int
 	// AcceptTokenless accepts reports, claims and leases that carry no
 	// execution token, from executors older than the orchestrator, while
 	// they are upgraded. A wrong token is refused all the same. Default
@@ -149,6 +162,9 @@ func (c Config) withDefaults() config {
 		c.MaxPayload = task.DefaultMaxPayload
 	}
 	c.Limits = c.Limits.withDefaults()
+	if c.FairWindow == 0 {
+		c.FairWindow = DefaultFairWindow
+	}
 	defaultWorkers := c.Workers <= 0
 	if defaultWorkers {
 		c.Workers = DefaultWorkers

@@ -93,6 +93,12 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 			return err
 		}
 	}
+	if t.ConcurrencyKey != "" && t.Attempt > 0 && t.State != task.Ready && t.State != task.Running {
+		// The attempt ended: its concurrency slot, if it took one, frees.
+		if err := o.freeSlot(ctx, t); err != nil {
+			return err
+		}
+	}
 	if t.State == task.Waiting || t.State == task.Retrying {
 		// The reconciler's look, should nothing else move it (a ready
 		// task's is armed with its dispatch).
@@ -197,10 +203,33 @@ func mayBeWatched(t task.Task) bool {
 // see sweep.go) and arms its timers. The dispatch goes out first, so a task
 // starts one round trip sooner. The capability's object store exists before
 // its first dispatch (ensureObjects: a lookup after that).
+//
+// Before that, a task with a concurrency key passes its key's limits
+// (keylimits.go), and one with a fairness key may queue in this
+// orchestrator while its level is busy (fair.go).
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
 	if err := o.ensureObjects(ctx, t.Capability); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
+	if t.ConcurrencyKey != "" {
+		held, next, nextRev, err := o.admitKey(ctx, t, rev)
+		if held || err != nil {
+			return err
+		}
+		t, rev = next, nextRev
+	}
+	if t.FairnessKey != "" && o.fair != nil && o.fair.queue(t, rev) {
+		if err := o.sweeps.add(ctx, t); err != nil {
+			return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
+		}
+		return nil
+	}
+	return o.publishDispatch(ctx, t, rev, true)
+}
+
+// publishDispatch publishes t's dispatch (see dispatch); with sweep, it
+// stores its sweep entry (a task queued for fairness has one already).
+func (o *Orchestrator) publishDispatch(ctx context.Context, t task.Task, rev uint64, sweep bool) error {
 	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev, Token: o.tokens.Sign(t.ID, t.ExecutionID)})
 	if err != nil {
 		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
@@ -217,8 +246,10 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		}
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
-	if err := o.sweeps.add(ctx, t); err != nil {
-		return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
+	if sweep {
+		if err := o.sweeps.add(ctx, t); err != nil {
+			return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
+		}
 	}
 	if t.DispatchTimeout > 0 {
 		at := o.now().Add(t.DispatchTimeout.Std())

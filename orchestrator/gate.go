@@ -31,6 +31,8 @@ import (
 // and each task goes through the usual compare-and-set path again.
 type gate struct {
 	cfg breaker.Config
+	// limits receives the key limits set at run time (limit.<id> keys).
+	limits *keyLimits
 
 	mu       sync.Mutex
 	pauses   map[string]task.Pause // by type; "" is every type
@@ -129,6 +131,11 @@ func (g *gate) apply(e jetstream.KeyValueEntry) {
 			g.pauses[taskType] = p
 		}
 		g.mu.Unlock()
+	case "limit":
+		g.mu.Unlock()
+		if g.limits != nil {
+			g.limits.apply(taskType, e)
+		}
 	case "breaker":
 		g.mu.Unlock()
 		var s breaker.Snapshot

@@ -63,6 +63,13 @@ type Metrics interface {
 	// circuit breaker this orchestrator keeps in memory (closed breakers
 	// idle for a window are forgotten).
 	BreakersInMemory(n int)
+	// FairQueued is called every few milliseconds with the ready tasks this
+	// orchestrator queues for their fairness key's turn.
+	FairQueued(n int)
+	// KeySlots is called when a concurrency key's slots change, with the
+	// slots in use and the limit in force (an adaptive limit's current
+	// value), for at most 1,000 keys.
+	KeySlots(key string, inUse int, limit float64)
 	// Sampled is called every Config.SampleInterval with AX's state as
 	// read from JetStream. Every orchestrator reads the same values:
 	// aggregate them with max, not sum.
@@ -182,6 +189,12 @@ func (NopMetrics) OldestUnfinished(task.State, time.Duration) {}
 
 // BreakersInMemory does nothing.
 func (NopMetrics) BreakersInMemory(int) {}
+
+// FairQueued does nothing.
+func (NopMetrics) FairQueued(int) {}
+
+// KeySlots does nothing.
+func (NopMetrics) KeySlots(string, int, float64) {}
 
 // Sampled does nothing.
 func (NopMetrics) Sampled(Sample) {}

@@ -83,9 +83,18 @@ type Orchestrator struct {
 	// control is the AX_CONTROL bucket behind gate.
 	control jetstream.KeyValue
 	gate    *gate
-	metrics Metrics
-	obs     *observer
-	tracer  trace.Tracer
+	// limits are the key limits in force; slotsKV holds the concurrency
+	// slots taken (keylimits.go); fair queues the ready tasks of fairness
+	// keys while their level is busy (fair.go).
+	limits  *keyLimits
+	slotsKV jetstream.KeyValue
+	fair    *fairQueue
+	// slotKeys are the concurrency keys whose slots are exported.
+	slotKeysMu sync.Mutex
+	slotKeys   map[string]struct{}
+	metrics    Metrics
+	obs        *observer
+	tracer     trace.Tracer
 	// runCtx ends at Stop; bg owns background work (watch, breakers, releases).
 	runCtx context.Context
 	bg     sync.WaitGroup
@@ -104,13 +113,22 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err := cfg.Limits.validate(); err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
 	}
+	for _, l := range cfg.KeyLimits {
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("orchestrator: key limit %q: %w", l.Key, err)
+		}
+	}
 	c := cfg.withDefaults()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
 	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
-		log: c.Logger.With(slog.String("node", c.NodeID))}
+		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits)}
+	o.gate.limits = o.limits
+	if c.FairWindow > 0 {
+		o.fair = newFairQueue(o, c.FairWindow)
+	}
 	o.metrics = o.obs.m
 	o.tracer = tracing.Tracer(c.TracerProvider)
 	return o, nil
@@ -159,6 +177,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	go o.breakerLoop(runCtx)
 	o.bg.Add(1)
 	go o.trimLoop(runCtx)
+	o.bg.Add(1)
+	go o.slotAuditLoop(runCtx)
+	if o.fair != nil {
+		o.bg.Add(1)
+		go o.fair.run(runCtx)
+	}
 	// The sweep batcher outlives the consume loops: handlers finishing the
 	// messages in hand at Stop still dispatch.
 	sweepCtx, stopSweeps := context.WithCancel(context.Background())
@@ -346,6 +370,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	if o.control, err = o.js.KeyValue(ctx, subject.BucketControl); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketControl, err)
+	}
+	if o.slotsKV, err = o.js.KeyValue(ctx, subject.BucketSlots); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.BucketSlots, err)
 	}
 	for _, l := range loops {
 		if _, err := o.bindLoop(ctx, l); err != nil {

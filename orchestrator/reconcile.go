@@ -41,6 +41,7 @@ const (
 	repairWaiting       = "waiting_resolved"
 	repairShards        = "shards_ended"
 	repairRetryOverdue  = "retry_overdue"
+	repairSlotFreed     = "slot_freed"
 )
 
 // armWatch (re)arms the reconciler's look at an unfinished task.
@@ -115,6 +116,14 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		}
 		return o.armWatch(ctx, t)
 	}
+	if keyHeld(t) {
+		// Waiting for its key's limits: try again (it waits again, with
+		// a new watch, if they still hold it).
+		return o.dispatch(ctx, t, rev)
+	}
+	if t.State == task.Ready && o.fair.has(t.ID) {
+		return o.armWatch(ctx, t) // queued here for its turn
+	}
 	if strings.HasPrefix(t.Reason, "held:") {
 		return o.armWatch(ctx, t) // a pause or breaker holds it; its gate releases it
 	}
@@ -135,13 +144,16 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 				return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: due})
 			}
 		} else if age := now.Sub(*readyAt(t)); age < o.cfg.RunGrace {
-			if age < o.dispatchDedupWindow()/2 {
+			if age < o.dispatchDedupWindow()/2 && (t.FairnessKey == "" || o.fair == nil) {
 				// Its dispatch may still be on its way — or this is the
 				// redelivery of a handler that made it ready and failed to
 				// dispatch it (a chaos run left one ready for 8 minutes on
 				// that): ensure the dispatch. Within the stream's
 				// de-duplication window a copy already stored is not
-				// stored twice (its message id is the execution id).
+				// stored twice (its message id is the execution id). Not
+				// a task with a fairness key: another orchestrator may
+				// hold it queued (fair.go) and dispatch it later, beyond
+				// the window.
 				return o.ensureEffects(ctx, t, rev)
 			}
 			return o.armWatch(ctx, t)

@@ -132,7 +132,8 @@ func (o *Orchestrator) createShard(ctx context.Context, parent task.Task, n int,
 	spec := task.Spec{ID: task.ShardID(parent.ID, n), Type: parent.Type, Payload: s.Payload,
 		Priority: new(parent.PriorityLevel()), Capability: parent.Capability, MaxRetries: new(parent.RetryLimit()),
 		Timeout: parent.Timeout, EstimatedCost: task.DefaultEstimatedCost,
-		DispatchTimeout: parent.DispatchTimeout, MaxDispatches: parent.MaxDispatches}
+		DispatchTimeout: parent.DispatchTimeout, MaxDispatches: parent.MaxDispatches,
+		FairnessKey: parent.FairnessKey, ConcurrencyKey: parent.ConcurrencyKey}
 	if s.Priority != nil {
 		spec.Priority = new(*s.Priority)
 	}

@@ -323,6 +323,8 @@ type CommandRequest struct {
 	// By names who asked (an operator), recorded in the histories the
 	// command writes.
 	By string `json:"by,omitempty"`
+	// Limit is the limit a limit-set command stores.
+	Limit *KeyLimit `json:"limit,omitempty"`
 }
 
 // Pause is a pause switch in the control bucket (pause.all, pause.type.<type>).

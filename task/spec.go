@@ -121,6 +121,18 @@ type Spec struct {
 	// rest); a fraction in (0, 1] waits for every shard and aggregates when
 	// at least that fraction succeeded.
 	MinShardSuccess float64 `json:"min_shard_success,omitempty"`
+
+	// FairnessKey (a tenant, a customer) shares its capability and
+	// priority's dispatches fairly with the other keys: while that level's
+	// queue is long, ready tasks of different keys are dispatched in turn,
+	// weighted by the key limits' weights (KeyLimit.Weight). Empty: not
+	// taken in turn. Dot-separated tokens of [A-Za-z0-9_-], like a type.
+	FairnessKey string `json:"fairness_key,omitempty"`
+	// ConcurrencyKey names what the key limits (KeyLimit) apply to: at
+	// most Concurrency tasks with the key dispatched or running at once
+	// across the cluster, at most Rate starts per window. Empty, or a key
+	// no limit matches: not limited. Same syntax as FairnessKey.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // PriorityLevel returns the spec's priority with the default applied: 0
@@ -169,6 +181,9 @@ type wireSpec struct {
 
 	UniqueKey    string   `json:"unique_key"`
 	UniqueWindow Duration `json:"unique_window"`
+
+	FairnessKey    string `json:"fairness_key"`
+	ConcurrencyKey string `json:"concurrency_key"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -202,7 +217,8 @@ func (w wireSpec) spec() Spec {
 		Delay: w.Delay, RunAt: w.RunAt, Deadline: w.Deadline, TTL: w.TTL,
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
 		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess,
-		TriggerRule: w.TriggerRule, UniqueKey: w.UniqueKey, UniqueWindow: w.UniqueWindow}
+		TriggerRule: w.TriggerRule, UniqueKey: w.UniqueKey, UniqueWindow: w.UniqueWindow,
+		FairnessKey: w.FairnessKey, ConcurrencyKey: w.ConcurrencyKey}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -387,6 +403,12 @@ func (s *Spec) Validate(maxPayload int) error {
 		return &ValidationError{"trigger_rule", fmt.Sprintf("%q is not one of %v", s.TriggerRule, TriggerRules())}
 	case s.TriggerRule != "" && s.TriggerRule != TriggerAllSucceeded && len(s.DependsOn) == 0:
 		return &ValidationError{"trigger_rule", fmt.Sprintf("%s is only for tasks with depends_on", s.TriggerRule)}
+	}
+	switch {
+	case s.FairnessKey != "" && !ValidKey(s.FairnessKey):
+		return &ValidationError{"fairness_key", fmt.Sprintf("%q is not dot-separated tokens of [A-Za-z0-9_-]", s.FairnessKey)}
+	case s.ConcurrencyKey != "" && !ValidKey(s.ConcurrencyKey):
+		return &ValidationError{"concurrency_key", fmt.Sprintf("%q is not dot-separated tokens of [A-Za-z0-9_-]", s.ConcurrencyKey)}
 	}
 	if err := s.validateSharding(); err != nil {
 		return err

@@ -50,6 +50,11 @@ type Orchestrator struct {
 	// Breakers is the number of task types whose circuit breaker this
 	// orchestrator keeps in memory (idle closed ones are forgotten).
 	Breakers prometheus.Gauge
+	// FairQueued is the ready tasks queued for their fairness key's turn.
+	FairQueued prometheus.Gauge
+	// KeySlotsInUse and KeyLimit are a concurrency key's slots in use and
+	// its limit in force (an adaptive limit's current value), by key.
+	KeySlotsInUse, KeyLimit *prometheus.GaugeVec
 }
 
 // NewOrchestrator registers the orchestrator's metrics on reg (nil: unregistered).
@@ -81,8 +86,15 @@ func NewOrchestrator(reg prometheus.Registerer) *Orchestrator {
 			Help: "Age since submission of the oldest unfinished task the reconciler looked at in its last max interval, by state."}, []string{"state"}),
 		Breakers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_orchestrator_breakers",
 			Help: "Task types whose circuit breaker this orchestrator keeps in memory (closed breakers idle for a window are forgotten)."}),
+		FairQueued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "ax_fair_queued_tasks",
+			Help: "Ready tasks this orchestrator queues for their fairness key's turn while their level holds Config.FairWindow dispatches."}),
+		KeySlotsInUse: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_key_slots_in_use",
+			Help: "Concurrency slots in use per concurrency key (tasks dispatched or running), as this orchestrator last changed them (at most 1,000 keys)."}, []string{"key"}),
+		KeyLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ax_key_concurrency_limit",
+			Help: "Concurrency limit in force per concurrency key: an adaptive limit's current value (at most 1,000 keys)."}, []string{"key"}),
 	}
-	register(reg, m.Transitions, m.Rejections, m.Held, m.Direct, m.RecordWrites, m.RecordBatches, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers)
+	register(reg, m.Transitions, m.Rejections, m.Held, m.Direct, m.RecordWrites, m.RecordBatches, m.ConsumerUp, m.ConsumerRestarts, m.Poisoned, m.Repairs, m.Checks, m.OldestUnfinished, m.Breakers,
+		m.FairQueued, m.KeySlotsInUse, m.KeyLimit)
 	return m
 }
 

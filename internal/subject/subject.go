@@ -59,6 +59,10 @@ const (
 	BucketRetryWindows = "AX_RETRY_WINDOWS"
 	// BucketControl holds pause switches and circuit-breaker states.
 	BucketControl = "AX_CONTROL"
+	// BucketSlots holds the concurrency slots taken per concurrency key
+	// (task.KeyLimit): which tasks hold them, and an adaptive limit's
+	// current value.
+	BucketSlots = "AX_SLOTS"
 	// BucketKeys holds the orchestrators' secrets: only the orchestrator
 	// role may read it (deploy/security).
 	BucketKeys = "AX_KEYS"
@@ -82,9 +86,30 @@ func ControlPauseType(taskType string) string { return controlPauseType + taskTy
 // ControlBreaker is the circuit-breaker state of one task type.
 func ControlBreaker(taskType string) string { return controlBreaker + taskType }
 
+// ControlLimit is the key limit (task.KeyLimit) of one key pattern: the
+// pattern base64url-encoded (KV keys allow no wildcards).
+func ControlLimit(pattern string) string { return controlLimit + LimitID(pattern) }
+
+// LimitID encodes a key pattern as one subject token and KV key part
+// (unpadded base64url): the id of a limit command.
+func LimitID(pattern string) string { return base64.RawURLEncoding.EncodeToString([]byte(pattern)) }
+
+// ParseLimitID is the inverse of LimitID.
+func ParseLimitID(id string) (pattern string, ok bool) {
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	return string(b), err == nil && len(b) > 0
+}
+
+const controlLimit = "limit."
+
 // ParseControlKey tells what a control key is about: kind "pause" with
-// taskType "" for all types, or kind "breaker".
+// taskType "" for all types, kind "breaker", or kind "limit" with the
+// limit's key pattern in place of the type.
 func ParseControlKey(key string) (kind, taskType string, ok bool) {
+	if id, isLimit := strings.CutPrefix(key, controlLimit); isLimit {
+		pattern, ok := ParseLimitID(id)
+		return "limit", pattern, ok
+	}
 	switch {
 	case key == ControlPauseAll:
 		return "pause", "", true
@@ -314,6 +339,10 @@ const (
 	CommandSchedulePause  = "schedule-pause"
 	CommandScheduleResume = "schedule-resume"
 	CommandScheduleDelete = "schedule-delete"
+	// Key limit commands (task.KeyLimit); their id is the key pattern's
+	// LimitID. limit-set carries the limit in the request's "limit".
+	CommandLimitSet    = "limit-set"
+	CommandLimitDelete = "limit-delete"
 )
 
 // Command is the subject of an operator command about a task.
@@ -377,6 +406,37 @@ func Held(taskType, id string) string { return "ax.held." + taskType + "." + id 
 
 // HeldType matches the held tasks of one type.
 func HeldType(taskType string) string { return "ax.held." + taskType + ".*" }
+
+// SlotWait marks a ready task waiting for a concurrency slot of its key
+// (task.KeyLimit), by priority so that freed slots go to p0 first:
+// ax.slotwait.p<priority>.<key>.<id>. Kept in AX_HELD.
+func SlotWait(priority int, key, id string) string {
+	return slotWaitPrefix + "p" + strconv.Itoa(priority) + "." + key + "." + id
+}
+
+// SlotWaitKey matches the tasks waiting for a slot of key at one priority.
+func SlotWaitKey(priority int, key string) string {
+	return slotWaitPrefix + "p" + strconv.Itoa(priority) + "." + key + ".*"
+}
+
+// ParseSlotWait returns the key and task id of a SlotWait subject.
+func ParseSlotWait(subj string) (key, id string, ok bool) {
+	rest, ok := strings.CutPrefix(subj, slotWaitPrefix)
+	if !ok {
+		return "", "", false
+	}
+	_, rest, ok = strings.Cut(rest, ".")
+	dot := strings.LastIndexByte(rest, '.')
+	if !ok || dot <= 0 || dot == len(rest)-1 {
+		return "", "", false
+	}
+	return rest[:dot], rest[dot+1:], true
+}
+
+const slotWaitPrefix = "ax.slotwait."
+
+// SlotWaitAll matches every task waiting for a concurrency slot.
+const SlotWaitAll = "ax.slotwait.>"
 
 // Audit is where a non-task audit event goes: kind "breaker" or "pause",
 // key the task type (or "all").

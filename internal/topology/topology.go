@@ -181,8 +181,8 @@ func Streams(o Options) []jetstream.StreamConfig {
 		},
 		{
 			Name:              subject.StreamHeld,
-			Description:       "AX tasks held back by a paused type or an open circuit breaker",
-			Subjects:          []string{subject.HeldAll},
+			Description:       "AX tasks held back by a paused type, an open circuit breaker or a concurrency limit",
+			Subjects:          []string{subject.HeldAll, subject.SlotWaitAll},
 			Retention:         jetstream.LimitsPolicy,
 			Storage:           jetstream.FileStorage,
 			Replicas:          r,
@@ -295,6 +295,8 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 		{Bucket: subject.BucketControl, Description: "AX pause switches and circuit breakers", History: 16, Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketRetryWindows, Description: "AX retry starts per task type and window", History: 1,
 			TTL: time.Hour, Storage: jetstream.FileStorage, Replicas: r},
+		{Bucket: subject.BucketSlots, Description: "AX concurrency slots taken per concurrency key", History: 1,
+			Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketKeys, Description: "AX orchestrators' secrets (the execution-token key); orchestrators only", History: 1,
 			Storage: jetstream.FileStorage, Replicas: r},
 	}

@@ -152,6 +152,15 @@ func (p *Metrics) OldestUnfinished(state task.State, age time.Duration) {
 // BreakersInMemory sets ax_orchestrator_breakers.
 func (p *Metrics) BreakersInMemory(n int) { p.m.Breakers.Set(float64(n)) }
 
+// FairQueued sets ax_fair_queued_tasks.
+func (p *Metrics) FairQueued(n int) { p.m.FairQueued.Set(float64(n)) }
+
+// KeySlots sets ax_key_slots_in_use and ax_key_concurrency_limit.
+func (p *Metrics) KeySlots(key string, inUse int, limit float64) {
+	p.m.KeySlotsInUse.WithLabelValues(key).Set(float64(inUse))
+	p.m.KeyLimit.WithLabelValues(key).Set(limit)
+}
+
 // Sampled sets the sampled gauges and ax_last_sample_timestamp_seconds.
 func (p *Metrics) Sampled(s orchestrator.Sample) {
 	c := p.cluster

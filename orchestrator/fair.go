@@ -1,0 +1,269 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ax-run/ax/internal/queue"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
+)
+
+// Fairness. A level's dispatches (one capability and priority) are
+// delivered in the order they were stored, so a key that readied 100,000
+// tasks would put them all ahead of another key's next one. While a level
+// holds fewer than Config.FairWindow dispatches (stored, not yet
+// acknowledged), a ready task with a fairness key is dispatched at once as
+// any other. Beyond, it queues in this orchestrator, one queue per key,
+// and a pump dispatches the queues in turn (deficit round robin: each key
+// Weight tasks per turn, KeyLimit.Weight, default 1) as the level drains
+// back below the window. A key's task then waits behind at most the window
+// and a turn of the other keys, not behind another key's backlog.
+//
+// A queued task is ready (its record unchanged: to a user it waits for an
+// executor as if it were in AX_READY) and has its sweep entry like any
+// dispatch. Stop dispatches what is queued. An orchestrator killed with
+// tasks queued leaves them ready without a dispatch: the reconciler
+// dispatches them again (under a new execution) once their level holds no
+// dispatch, as any lost dispatch.
+
+const (
+	// fairTick is how often the pump counts the busy levels and refills
+	// them.
+	fairTick = 10 * time.Millisecond
+	// fairMaxTasks and fairMaxBytes bound what one orchestrator queues;
+	// beyond, tasks are dispatched at once (fairness degrades, nothing
+	// waits longer).
+	fairMaxTasks = 200_000
+	fairMaxBytes = 256 << 20
+	// fairEntryOverhead is a queued task's memory besides its payload.
+	fairEntryOverhead = 1024
+)
+
+// fairQueue is an orchestrator's queues of ready tasks by level and key.
+type fairQueue struct {
+	o      *Orchestrator
+	window int
+
+	mu     sync.Mutex
+	levels map[string]*fairLevel
+	ids    map[string]*fairEntry
+	bytes  int64
+	closed bool
+	warned time.Time
+}
+
+type fairLevel struct {
+	capability string
+	priority   int
+	backlog    int // dispatches pending on the level when last counted
+	sent       int // dispatched since
+	queued     int
+	keys       map[string]*fairKey
+	ring       []string // keys with queued tasks, in turn order
+}
+
+type fairKey struct {
+	entries []*fairEntry
+	credit  int // tasks left in the key's current turn
+}
+
+type fairEntry struct {
+	t    task.Task
+	rev  uint64
+	size int64
+}
+
+func newFairQueue(o *Orchestrator, window int) *fairQueue {
+	return &fairQueue{o: o, window: window, levels: map[string]*fairLevel{}, ids: map[string]*fairEntry{}}
+}
+
+// queue decides whether t waits for its turn (true: queued here) or is
+// dispatched at once. A task queued already is updated in place.
+func (q *fairQueue) queue(t task.Task, rev uint64) bool {
+	level := subject.Ready(t.Capability, t.PriorityLevel())
+	size := int64(len(t.Payload)) + fairEntryOverhead
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.ids[t.ID]; ok {
+		e.t, e.rev = t, rev
+		return true
+	}
+	lv := q.levels[level]
+	if lv == nil {
+		lv = &fairLevel{capability: t.Capability, priority: t.PriorityLevel(), keys: map[string]*fairKey{}}
+		q.levels[level] = lv
+	}
+	if q.closed || (lv.queued == 0 && lv.backlog+lv.sent < q.window) {
+		lv.sent++
+		return false
+	}
+	if len(q.ids) >= fairMaxTasks || q.bytes+size > fairMaxBytes {
+		if time.Since(q.warned) > time.Minute {
+			q.warned = time.Now()
+			q.o.log.Warn("the fairness queues are full: tasks are dispatched at once, in arrival order", slog.Int("queued", len(q.ids)), slog.Int64("bytes", q.bytes))
+		}
+		lv.sent++
+		return false
+	}
+	e := &fairEntry{t: t, rev: rev, size: size}
+	q.ids[t.ID] = e
+	q.bytes += size
+	k := lv.keys[t.FairnessKey]
+	if k == nil {
+		k = &fairKey{}
+		lv.keys[t.FairnessKey] = k
+		lv.ring = append(lv.ring, t.FairnessKey)
+	}
+	k.entries = append(k.entries, e)
+	lv.queued++
+	return true
+}
+
+// has reports whether a task is queued here.
+func (q *fairQueue) has(id string) bool {
+	if q == nil {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, ok := q.ids[id]
+	return ok
+}
+
+// queued returns how many tasks are queued here.
+func (q *fairQueue) queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ids)
+}
+
+// pop takes the next task of lv in turn; the caller holds q.mu.
+func (q *fairQueue) pop(lv *fairLevel) *fairEntry {
+	if len(lv.ring) == 0 {
+		return nil
+	}
+	key := lv.ring[0]
+	k := lv.keys[key]
+	if k.credit <= 0 {
+		k.credit = q.weight(key)
+	}
+	e := k.entries[0]
+	k.entries[0] = nil
+	k.entries = k.entries[1:]
+	k.credit--
+	lv.queued--
+	switch {
+	case len(k.entries) == 0:
+		delete(lv.keys, key)
+		lv.ring = lv.ring[1:]
+	case k.credit == 0:
+		lv.ring = append(lv.ring[1:], key)
+	}
+	delete(q.ids, e.t.ID)
+	q.bytes -= e.size
+	return e
+}
+
+// weight is a fairness key's tasks per turn.
+func (q *fairQueue) weight(key string) int {
+	if l, ok := q.o.limits.match(key, "weight"); ok {
+		return l.Weight
+	}
+	return 1
+}
+
+// run is the pump: every fairTick it counts the levels that dispatched or
+// queued since the last count and dispatches, in turn, as many queued
+// tasks as the window has room for. At ctx's end it dispatches what is
+// queued and closes the queue.
+func (q *fairQueue) run(ctx context.Context) {
+	defer q.o.bg.Done()
+	tick := time.NewTicker(fairTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			q.drain()
+			return
+		case <-tick.C:
+		}
+		q.o.metrics.FairQueued(q.queued())
+		for _, lv := range q.busy() {
+			q.refill(ctx, lv)
+		}
+	}
+}
+
+// busy lists the levels to count, forgetting idle ones.
+func (q *fairQueue) busy() []*fairLevel {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*fairLevel
+	for name, lv := range q.levels {
+		if lv.queued == 0 && lv.sent == 0 {
+			delete(q.levels, name)
+			continue
+		}
+		out = append(out, lv)
+	}
+	return out
+}
+
+// refill counts a level's pending dispatches and dispatches its queued
+// tasks in turn into the room left below the window.
+func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
+	subj := subject.Ready(lv.capability, lv.priority)
+	n, err := queue.Pending(ctx, q.o.ready, subject.ReadyConsumer(lv.capability, lv.priority), subj)
+	if err != nil {
+		return // counted again at the next tick
+	}
+	q.mu.Lock()
+	lv.backlog, lv.sent = int(n), 0
+	var out []*fairEntry
+	for room := q.window - int(n); room > 0; room-- {
+		e := q.pop(lv)
+		if e == nil {
+			break
+		}
+		out = append(out, e)
+	}
+	lv.sent = len(out)
+	q.mu.Unlock()
+	q.send(ctx, out)
+}
+
+// send dispatches popped tasks; one that fails goes back to its queue.
+func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
+	for _, e := range out {
+		if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil {
+			if ctx.Err() == nil {
+				q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
+				q.queue(e.t, e.rev)
+			}
+		}
+	}
+}
+
+// drain dispatches every queued task at the orchestrator's stop and
+// closes the queue: later tasks are dispatched at once.
+func (q *fairQueue) drain() {
+	q.mu.Lock()
+	q.closed = true
+	var out []*fairEntry
+	for _, lv := range q.levels {
+		for e := q.pop(lv); e != nil; e = q.pop(lv) {
+			out = append(out, e)
+		}
+	}
+	q.mu.Unlock()
+	if len(out) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q.send(ctx, out)
+	q.o.log.Info("dispatched the tasks queued for fairness before stopping", slog.Int("tasks", len(out)))
+}

@@ -1,0 +1,659 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/window"
+	"github.com/ax-run/ax/task"
+)
+
+// Key limits (task.KeyLimit) bound the tasks of one concurrency key:
+//
+//   - Concurrency: a ready task takes one of its key's slots before its
+//     dispatch goes out, and gives it back when the attempt ends (its
+//     state leaves ready and running: report, lease expiry, cancel,
+//     reconciler). The slots are one record per key in AX_SLOTS, changed
+//     by compare-and-set, naming the tasks that hold them: taking a slot
+//     again for the same task takes none, and the reconciler's pass frees
+//     the slots of tasks that ended without freeing them. A task finding
+//     no slot stays ready with a reason ("held: concurrency …"), a marker
+//     on ax.slotwait.p<priority>.<key>.<id> in AX_HELD and a watch; an
+//     attempt ending wakes the first waiters, p0 first.
+//   - Rate: a dispatch takes a start in its key's window of Per (the
+//     retry budget's windows, on AX_RETRY_WINDOWS); over the rate it
+//     waits, ready with a reason, for the window with room (its watch
+//     fires then).
+//   - Adaptive: the slots' record carries the limit's current value,
+//     lowered ×0.8 (at most once per attempt's duration) when an attempt
+//     fails to be retried or a success takes longer than TargetLatency,
+//     raised by 1/limit per other success, between MinConcurrency and
+//     Concurrency. The change is written with the freed slot: one write.
+
+// Reason prefixes of ready tasks held by a key limit.
+const (
+	slotHeldPrefix = "held: concurrency limit of key "
+	rateHeldPrefix = "held: rate limit of key "
+)
+
+// maxRuntimeLimits bounds the limits set at run time.
+const maxRuntimeLimits = 10_000
+
+// keyLimits is the limits in force: configuration's, replaced pattern by
+// pattern by those set at run time (the AX_CONTROL bucket, watched).
+type keyLimits struct {
+	mu      sync.RWMutex
+	static  []task.KeyLimit
+	runtime map[string]task.KeyLimit
+	merged  []task.KeyLimit
+}
+
+func newKeyLimits(static []task.KeyLimit) *keyLimits {
+	k := &keyLimits{static: slices.Clone(static), runtime: map[string]task.KeyLimit{}}
+	k.merge()
+	return k
+}
+
+// merge rebuilds merged; the caller holds mu (or owns k).
+func (k *keyLimits) merge() {
+	merged := make([]task.KeyLimit, 0, len(k.static)+len(k.runtime))
+	for _, l := range k.static {
+		if _, replaced := k.runtime[l.Key]; !replaced {
+			merged = append(merged, l)
+		}
+	}
+	for _, l := range k.runtime {
+		merged = append(merged, l)
+	}
+	k.merged = merged
+}
+
+// set puts (l non-nil) or removes a run-time limit.
+func (k *keyLimits) set(pattern string, l *task.KeyLimit) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if l == nil {
+		delete(k.runtime, pattern)
+	} else {
+		k.runtime[pattern] = *l
+	}
+	k.merge()
+}
+
+// runtimeLimit returns the run-time limit of a pattern.
+func (k *keyLimits) runtimeLimit(pattern string) (task.KeyLimit, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	l, ok := k.runtime[pattern]
+	return l, ok
+}
+
+func (k *keyLimits) runtimeCount() int {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return len(k.runtime)
+}
+
+// match returns the limit in force for key that sets has (see
+// task.MatchLimit).
+func (k *keyLimits) match(key, has string) (task.KeyLimit, bool) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return task.MatchLimit(k.merged, key, has)
+}
+
+// applyLimit updates the limits from a control bucket entry.
+func (k *keyLimits) apply(pattern string, e jetstream.KeyValueEntry) {
+	var l task.KeyLimit
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &l) != nil || l.Validate() != nil || l.Key != pattern {
+		k.set(pattern, nil)
+		return
+	}
+	k.set(pattern, &l)
+}
+
+// slotLimit is how many slots l allows now: its adaptive value's integer
+// part, or its concurrency.
+func slotLimit(l task.KeyLimit, s task.Slots) int {
+	if !l.Adaptive || s.Limit <= 0 {
+		return l.Concurrency
+	}
+	return max(l.Floor(), min(l.Concurrency, int(s.Limit)))
+}
+
+// readSlots reads a key's slots (a leader read: AX_SLOTS has no direct
+// gets) and its revision, 0 when the key has none.
+func (o *Orchestrator) readSlots(ctx context.Context, key string) (task.Slots, uint64, error) {
+	var s task.Slots
+	e, err := o.slotsKV.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return s, 0, nil
+	case err != nil:
+		return s, 0, fmt.Errorf("read slots of key %s: %w", key, err)
+	}
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return s, 0, fmt.Errorf("slots of key %s hold %q: %w", key, e.Value(), err)
+	}
+	return s, e.Revision(), nil
+}
+
+// writeSlots stores a key's slots against rev (0: create), deleting the key
+// when nothing holds a slot and no adaptive value is kept.
+func (o *Orchestrator) writeSlots(ctx context.Context, key string, s task.Slots, rev uint64) error {
+	data, _ := json.Marshal(s)
+	var err error
+	switch {
+	case rev == 0:
+		_, err = o.slotsKV.Create(ctx, key, data)
+	case len(s.Holders) == 0 && s.Limit == 0:
+		err = o.slotsKV.Delete(ctx, key, jetstream.LastRevision(rev))
+	default:
+		_, err = o.slotsKV.Update(ctx, key, data, rev)
+	}
+	return err
+}
+
+// casConflict reports whether a KV write lost a compare-and-set.
+func casConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// takeSlot takes a slot of t's concurrency key for t under l, or finds the
+// one t holds. It returns whether t holds one, and the slots in use and
+// allowed when it does not.
+func (o *Orchestrator) takeSlot(ctx context.Context, t task.Task, l task.KeyLimit) (ok bool, inUse, limit int, err error) {
+	key := t.ConcurrencyKey
+	for range maxCASRetries {
+		s, rev, err := o.readSlots(ctx, key)
+		if err != nil {
+			return false, 0, 0, err
+		}
+		if _, held := s.Holders[t.ID]; held {
+			return true, len(s.Holders), slotLimit(l, s), nil
+		}
+		limit = slotLimit(l, s)
+		if len(s.Holders) >= limit {
+			return false, len(s.Holders), limit, nil
+		}
+		if s.Holders == nil {
+			s.Holders = map[string]time.Time{}
+		}
+		s.Holders[t.ID] = o.now()
+		if l.Adaptive && s.Limit == 0 {
+			s.Limit = float64(l.Concurrency)
+		}
+		err = o.writeSlots(ctx, key, s, rev)
+		if err == nil {
+			o.noteSlots(key, s, l)
+			return true, len(s.Holders), limit, nil
+		}
+		if !casConflict(err) {
+			return false, 0, 0, fmt.Errorf("take a slot of key %s: %w", key, err)
+		}
+	}
+	return false, 0, 0, fmt.Errorf("take a slot of key %s: too many concurrent changes", key)
+}
+
+// freeSlot gives back the slot t holds (none held: nothing happens),
+// adapting the key's limit by t's outcome, and wakes as many of the key's
+// waiters as there are free slots after it. Idempotent: a second call
+// finds no slot.
+func (o *Orchestrator) freeSlot(ctx context.Context, t task.Task) error {
+	key := t.ConcurrencyKey
+	l, limited := o.limits.match(key, "concurrency")
+	for range maxCASRetries {
+		s, rev, err := o.readSlots(ctx, key)
+		if err != nil || rev == 0 {
+			return err
+		}
+		if _, held := s.Holders[t.ID]; !held {
+			return nil
+		}
+		delete(s.Holders, t.ID)
+		if limited && l.Adaptive {
+			o.adapt(&s, l, t)
+		} else {
+			s.Limit = 0
+		}
+		err = o.writeSlots(ctx, key, s, rev)
+		if casConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("free the slot of %s under key %s: %w", t.ID, key, err)
+		}
+		free := 1
+		if limited {
+			free = slotLimit(l, s) - len(s.Holders)
+			o.noteSlots(key, s, l)
+		}
+		return o.wakeSlotWaiters(ctx, key, min(free, 16))
+	}
+	return fmt.Errorf("free the slot of %s under key %s: too many concurrent changes", t.ID, key)
+}
+
+// adaptDecrease is the factor an adaptive limit is lowered by.
+const adaptDecrease = 0.8
+
+// adapt moves an adaptive limit by the outcome of t's attempt (AIMD): down
+// by adaptDecrease when it failed and will be retried, or succeeded slower
+// than the target, at most once per attempt's duration (the failures of
+// one round lower it once); up by 1/limit per other success.
+func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task) {
+	if s.Limit <= 0 {
+		s.Limit = float64(l.Concurrency)
+	}
+	now := o.now()
+	took := time.Duration(0)
+	if t.StartedAt != nil {
+		end := now
+		if t.FinishedAt != nil {
+			end = *t.FinishedAt
+		}
+		took = end.Sub(*t.StartedAt)
+	}
+	slow := t.State == task.Succeeded && l.TargetLatency > 0 && took > l.TargetLatency.Std()
+	switch {
+	case t.State == task.Retrying || slow:
+		if now.Sub(s.Lowered) > max(took, 50*time.Millisecond) {
+			s.Limit = math.Max(float64(l.Floor()), s.Limit*adaptDecrease)
+			s.Lowered = now
+		}
+	case t.State == task.Succeeded:
+		s.Limit = math.Min(float64(l.Concurrency), s.Limit+1/s.Limit)
+	}
+	s.Limit = math.Max(float64(l.Floor()), math.Min(float64(l.Concurrency), s.Limit))
+}
+
+// wakeSlotWaiters dispatches up to n tasks waiting for a slot of key, the
+// highest priority first, oldest first. Each goes through dispatch again
+// (and waits again if another task took the slot meanwhile).
+func (o *Orchestrator) wakeSlotWaiters(ctx context.Context, key string, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	st, err := o.js.Stream(ctx, subject.StreamHeld)
+	if err != nil {
+		return fmt.Errorf("wake waiters of key %s: %w", key, err)
+	}
+	woken := 0
+	for prio := 0; prio <= task.MaxPriority && woken < n; prio++ {
+		for woken < n {
+			msg, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitKey(prio, key)))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("wake waiters of key %s: %w", key, err)
+			}
+			if _, id, ok := subject.ParseSlotWait(msg.Subject); ok {
+				waited, err := o.wakeSlotWaiter(ctx, id)
+				if err != nil {
+					return err
+				}
+				if waited {
+					woken++
+				}
+			}
+			// Gone with its wake-up; a task that waits again (another
+			// took the slot) has stored a new marker.
+			if err := st.DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return fmt.Errorf("wake waiters of key %s: %w", key, err)
+			}
+		}
+	}
+	return nil
+}
+
+// wakeSlotWaiter dispatches a task that waited for a slot, if it still
+// does (its marker is written after its reason: a marker whose task does
+// not say it waits is one left behind by a task that got a slot at its
+// second try, or that ended).
+func (o *Orchestrator) wakeSlotWaiter(ctx context.Context, id string) (bool, error) {
+	t, rev, err := o.store.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if t.State != task.Ready || !strings.HasPrefix(t.Reason, slotHeldPrefix) {
+		return false, nil
+	}
+	return true, o.dispatch(ctx, t, rev)
+}
+
+// admitKey applies t's key limits before its dispatch: it returns held
+// when t must wait (it then waits, with a reason and a trigger), else the
+// record to dispatch — rewritten when t had waited, so its history says
+// when it was let go.
+func (o *Orchestrator) admitKey(ctx context.Context, t task.Task, rev uint64) (held bool, _ task.Task, _ uint64, _ error) {
+	key := t.ConcurrencyKey
+	if l, ok := o.limits.match(key, "concurrency"); ok {
+		got, inUse, limit, err := o.takeSlot(ctx, t, l)
+		if err != nil {
+			return true, t, rev, err
+		}
+		if !got {
+			held, next, nextRev, err := o.waitForSlot(ctx, t, rev, l, inUse, limit)
+			if held || err != nil {
+				return true, t, rev, err
+			}
+			t, rev = next, nextRev
+		}
+	}
+	if l, ok := o.limits.match(key, "rate"); ok {
+		p := window.Policy{Limit: l.Rate, Width: l.Window()}
+		now := o.now()
+		at, err := p.AllocateFor(ctx, o.retrySlots, "rate="+key, t.ID+"#"+t.ExecutionID, now, int(time.Hour/p.Width))
+		if errors.Is(err, window.ErrExhausted) {
+			at, err = now.Add(time.Hour), nil
+		}
+		if err != nil {
+			return true, t, rev, fmt.Errorf("rate limit of key %s: %w", key, err)
+		}
+		if at.After(now.Add(time.Millisecond)) {
+			why := fmt.Sprintf("%s%s (%d per %s): dispatched at %s", rateHeldPrefix, key, l.Rate, l.Window(), at.Format(time.RFC3339Nano))
+			return true, t, rev, o.holdReady(ctx, t, rev, why, at)
+		}
+	}
+	if strings.HasPrefix(t.Reason, slotHeldPrefix) || strings.HasPrefix(t.Reason, rateHeldPrefix) {
+		next := t
+		now := o.now()
+		next.ReadyAt = &now
+		newRev, err := o.write(ctx, t, rev, &next, "let go by the limits of key "+key+": dispatched")
+		if errors.Is(err, store.ErrConflict) {
+			return true, t, rev, nil // moved on: whoever moved it dispatches it
+		}
+		if err != nil {
+			return true, t, rev, err
+		}
+		return false, next, newRev, nil
+	}
+	return false, t, rev, nil
+}
+
+// waitForSlot makes t wait for a slot of its key: a reason, then a marker
+// its key's next freed slot finds, and a watch. It takes a slot once more
+// after the marker is stored (one freed between the first try and the
+// marker would find no marker) and returns held false, with the record
+// as it now is, when it got one. The reason is written before the marker,
+// so whoever finds the marker finds the task waiting.
+func (o *Orchestrator) waitForSlot(ctx context.Context, t task.Task, rev uint64, l task.KeyLimit, inUse, limit int) (bool, task.Task, uint64, error) {
+	why := fmt.Sprintf("%s%s reached (%d of %d dispatched or running): dispatched when a slot frees", slotHeldPrefix, t.ConcurrencyKey, inUse, limit)
+	o.metrics.DispatchHeld()
+	if !sameHold(t.Reason, why) {
+		next := t
+		newRev, err := o.write(ctx, t, rev, &next, why)
+		if errors.Is(err, store.ErrConflict) {
+			return true, t, rev, nil // moved on: whoever moved it owns it
+		}
+		if err != nil {
+			return true, t, rev, err
+		}
+		t, rev = next, newRev
+	}
+	data, _ := json.Marshal(heldMarker{ID: t.ID})
+	if _, err := o.js.Publish(ctx, subject.SlotWait(t.PriorityLevel(), t.ConcurrencyKey, t.ID), data); err != nil {
+		return true, t, rev, fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+	}
+	got, _, _, err := o.takeSlot(ctx, t, l)
+	if err != nil || got {
+		return !got, t, rev, err
+	}
+	return true, t, rev, o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.now().Add(o.cfg.ReconcileInterval)})
+}
+
+// holdReady records why a ready task is not dispatched yet (unless its
+// record says so already) and arms its watch for at, which dispatches it
+// again (fireWatch).
+func (o *Orchestrator) holdReady(ctx context.Context, t task.Task, rev uint64, why string, at time.Time) error {
+	o.metrics.DispatchHeld()
+	if !sameHold(t.Reason, why) {
+		next := t
+		if _, err := o.write(ctx, t, rev, &next, why); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				return nil // moved on: whoever moved it owns it
+			}
+			return err
+		}
+	}
+	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: at})
+}
+
+// sameHold reports whether a record's reason already says why (the counts
+// in a slot wait's reason change without news).
+func sameHold(reason, why string) bool {
+	if strings.HasPrefix(why, slotHeldPrefix) {
+		cut := func(s string) string { s, _, _ = strings.Cut(s, " ("); return s }
+		return cut(reason) == cut(why)
+	}
+	return reason == why
+}
+
+// keyHeld reports whether a ready task waits for its key's limits.
+func keyHeld(t task.Task) bool {
+	return t.State == task.Ready && (strings.HasPrefix(t.Reason, slotHeldPrefix) || strings.HasPrefix(t.Reason, rateHeldPrefix))
+}
+
+// auditSlots is the reconciler's pass over the concurrency slots: a slot
+// whose task is no longer ready or running (or gone) was not freed when
+// its attempt ended — an orchestrator died between the two — and is freed
+// now. Slots taken less than RunGrace ago are left alone (their task may
+// be about to be dispatched). One leader read per slot held.
+func (o *Orchestrator) auditSlots(ctx context.Context) error {
+	lister, err := o.slotsKV.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil
+		}
+		return fmt.Errorf("list concurrency keys: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	for key := range lister.Keys() {
+		s, _, err := o.readSlots(ctx, key)
+		if err != nil {
+			return err
+		}
+		for id, since := range s.Holders {
+			if o.now().Sub(since) < o.cfg.RunGrace {
+				continue
+			}
+			t, _, err := o.store.Get(ctx, id)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			if err == nil && (t.State == task.Ready || t.State == task.Running) {
+				continue
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				t = task.Task{Spec: task.Spec{ID: id, ConcurrencyKey: key}}
+			}
+			o.repaired(repairSlotFreed, t)
+			if err := o.freeSlot(ctx, t); err != nil {
+				return err
+			}
+		}
+		if len(s.Holders) == 0 {
+			// A key whose slots are all free may still have waiters (a
+			// raised limit, a wake-up lost): wake them.
+			if l, ok := o.limits.match(key, "concurrency"); ok {
+				if err := o.wakeSlotWaiters(ctx, key, min(slotLimit(l, s), 16)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// slotAuditLoop runs auditSlots every ReconcileInterval until ctx ends.
+func (o *Orchestrator) slotAuditLoop(ctx context.Context) {
+	defer o.bg.Done()
+	t := time.NewTicker(o.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := o.auditSlots(ctx); err != nil && ctx.Err() == nil {
+			o.log.Warn("the pass over concurrency slots stopped early; the next one goes on", slog.Any("error", err))
+		}
+	}
+}
+
+// setLimit stores a run-time key limit (a limit-set command) and records
+// it in the audit trail; a limit raised or set may free slots, so the
+// waiters of the keys it matches are looked at by the next slot pass.
+func (o *Orchestrator) setLimit(ctx context.Context, id string, req task.CommandRequest) error {
+	pattern, ok := subject.ParseLimitID(id)
+	if !ok || req.Limit == nil || req.Limit.Key != pattern {
+		return fmt.Errorf("%w: a limit-set command carries a limit whose key is its id's pattern", errCommand)
+	}
+	l := *req.Limit
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", errCommand, err)
+	}
+	key := subject.ControlLimit(pattern)
+	before, known := o.limits.runtimeLimit(pattern)
+	if _, err := o.control.Get(ctx, key); errors.Is(err, jetstream.ErrKeyNotFound) && o.limits.runtimeCount() >= maxRuntimeLimits {
+		return fmt.Errorf("%w: %d limits are set already (the most kept)", errCommand, maxRuntimeLimits)
+	}
+	l.Reason, l.By, l.At = req.Reason, req.By, o.now()
+	data, _ := json.Marshal(l)
+	if _, err := o.control.Put(ctx, key, data); err != nil {
+		return fmt.Errorf("set limit %s: %w", pattern, err)
+	}
+	o.limits.set(pattern, &l) // at once: the watch may lag behind the reply
+	from := ""
+	if known {
+		from = describeLimit(before)
+	}
+	o.audit(ctx, task.AuditEvent{Kind: "limit", Key: pattern, From: from, To: describeLimit(l), Reason: req.Reason + byline(req.By)})
+	o.wakeAfterLimitChange(pattern)
+	return nil
+}
+
+// deleteLimit removes a run-time key limit (a limit-delete command).
+func (o *Orchestrator) deleteLimit(ctx context.Context, id string, req task.CommandRequest) error {
+	pattern, ok := subject.ParseLimitID(id)
+	if !ok {
+		return fmt.Errorf("%w: %q is not a limit id", errCommand, id)
+	}
+	key := subject.ControlLimit(pattern)
+	from := ""
+	if e, err := o.control.Get(ctx, key); err == nil {
+		var l task.KeyLimit
+		if json.Unmarshal(e.Value(), &l) == nil {
+			from = describeLimit(l)
+		}
+	}
+	if err := o.control.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("remove limit %s: %w", pattern, err)
+	}
+	o.limits.set(pattern, nil)
+	o.audit(ctx, task.AuditEvent{Kind: "limit", Key: pattern, From: from, To: "removed", Reason: req.Reason + byline(req.By)})
+	o.wakeAfterLimitChange(pattern)
+	return nil
+}
+
+// wakeAfterLimitChange wakes, in the background, the waiters of the keys
+// a changed limit matches: a raised or removed limit frees slots.
+func (o *Orchestrator) wakeAfterLimitChange(pattern string) {
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		ctx := o.runCtx
+		st, err := o.js.Stream(ctx, subject.StreamHeld)
+		if err != nil {
+			return
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.SlotWaitAll))
+		if err != nil {
+			o.log.Warn("cannot list the tasks waiting for slots after a limit change; the slot pass wakes them", slog.Any("error", err))
+			return
+		}
+		keys := map[string]bool{}
+		for subj := range info.State.Subjects {
+			if key, _, ok := subject.ParseSlotWait(subj); ok && task.MatchKey(pattern, key) {
+				keys[key] = true
+			}
+		}
+		for key := range keys {
+			n := 16
+			if l, ok := o.limits.match(key, "concurrency"); ok {
+				s, _, err := o.readSlots(ctx, key)
+				if err != nil {
+					continue
+				}
+				n = min(n, slotLimit(l, s)-len(s.Holders))
+			}
+			if err := o.wakeSlotWaiters(ctx, key, n); err != nil {
+				o.log.Warn("waking the tasks waiting for slots after a limit change stopped early", slog.Any("error", err), slog.String("key", key))
+			}
+		}
+	}()
+}
+
+// describeLimit says what a limit sets, for the audit trail.
+func describeLimit(l task.KeyLimit) string {
+	var parts []string
+	if l.Concurrency > 0 {
+		s := fmt.Sprintf("concurrency %d", l.Concurrency)
+		if l.Adaptive {
+			s += fmt.Sprintf(" adaptive from %d", l.Floor())
+			if l.TargetLatency > 0 {
+				s += fmt.Sprintf(" target %s", l.TargetLatency.Std())
+			}
+		}
+		parts = append(parts, s)
+	}
+	if l.Rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %d per %s", l.Rate, l.Window()))
+	}
+	if l.Weight > 0 {
+		parts = append(parts, fmt.Sprintf("weight %d", l.Weight))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// maxSlotMetrics bounds the concurrency keys whose slots are exported.
+const maxSlotMetrics = 1000
+
+// noteSlots exports a key's slots in use and limit in force, for at most
+// maxSlotMetrics keys (the first seen).
+func (o *Orchestrator) noteSlots(key string, s task.Slots, l task.KeyLimit) {
+	o.slotKeysMu.Lock()
+	_, known := o.slotKeys[key]
+	if !known && len(o.slotKeys) < maxSlotMetrics {
+		if o.slotKeys == nil {
+			o.slotKeys = map[string]struct{}{}
+		}
+		o.slotKeys[key] = struct{}{}
+		known = true
+	}
+	o.slotKeysMu.Unlock()
+	if !known {
+		return
+	}
+	limit := float64(l.Concurrency)
+	if l.Adaptive && s.Limit > 0 {
+		limit = s.Limit
+	}
+	o.metrics.KeySlots(key, len(s.Holders), limit)
+}
