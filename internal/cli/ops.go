@@ -92,6 +92,8 @@ func submitCmd(g *globals) *cobra.Command {
 	f.BoolVar(&spec.Shardable, "shardable", false, "run the type's planner first and its shards as child tasks")
 	f.IntVar(&spec.MaxParallelShards, "max-parallel-shards", 0, "shardable: at most this many shards released at once (0: no limit)")
 	f.Float64Var(&spec.MinShardSuccess, "min-shard-success", 0, "shardable: 0 fails at the first failed shard; a fraction aggregates when that share succeeded")
+	f.StringVar(&spec.FairnessKey, "fairness-key", "", "a tenant or customer: while its level is busy, tasks of different fairness keys are dispatched in turn")
+	f.StringVar(&spec.ConcurrencyKey, "concurrency-key", "", "the key the key limits apply to (ax limits): concurrency, rate, adaptive")
 	addCodecFlag(f, &keyFile)
 	return cmd
 }
