@@ -61,6 +61,7 @@ type fairLevel struct {
 	backlog    int // dispatches pending on the level when last counted
 	sent       int // dispatched since
 	queued     int
+	counted    time.Time
 	keys       map[string]*fairKey
 	ring       []string // keys with queued tasks, in turn order
 }
@@ -197,17 +198,25 @@ func (q *fairQueue) run(ctx context.Context) {
 	}
 }
 
-// busy lists the levels to count, forgetting idle ones.
+// fairRecount is how often a level that queues nothing is counted while
+// it dispatches fewer than half its window between counts.
+const fairRecount = 250 * time.Millisecond
+
+// busy lists the levels to count: every tick those that queue tasks, less
+// often those that dispatch without queueing. Idle ones are forgotten.
 func (q *fairQueue) busy() []*fairLevel {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []*fairLevel
+	now := time.Now()
 	for name, lv := range q.levels {
-		if lv.queued == 0 && lv.sent == 0 {
+		switch {
+		case lv.queued == 0 && lv.sent == 0:
 			delete(q.levels, name)
-			continue
+		case lv.queued > 0, lv.sent >= q.window/2, now.Sub(lv.counted) >= fairRecount:
+			lv.counted = now
+			out = append(out, lv)
 		}
-		out = append(out, lv)
 	}
 	return out
 }
