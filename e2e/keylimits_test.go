@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +97,65 @@ func TestConcurrencyLimitKill9(t *testing.T) {
 		t.Errorf("at most %d attempt ran at once: the limit of 5 was not used", peak)
 	}
 	t.Logf("peak concurrency %d of 5 over %d attempts", peak, len(edges)/2)
+}
+
+// TestFairnessQueueKill9: the orchestrator holding tasks queued for their
+// fairness key's turn is killed with kill -9. Its queue dies with it; the
+// next orchestrator finds the tasks' markers, sees their owner gone, and
+// dispatches them again: every task runs to success.
+func TestFairnessQueueKill9(t *testing.T) {
+	c := newCluster(t)
+	c.startServer()
+	_, cl := c.connect()
+	orchArgs := []string{"--fair-window", "4", "--reconcile-interval", "2s", "--run-grace", "3s"}
+	orch := c.startOrchestrator("orch-1", orchArgs...)
+	c.startWorker("worker-1", "--capacity", "2", "--ack-wait", "2s")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var ids []string
+	var specs []task.Spec
+	for i := range 120 {
+		s, err := task.New(demo.TypeSleep, demo.Params{Sleep: "50ms", Label: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenant := "a"
+		if i%10 == 9 {
+			tenant = "b"
+		}
+		s.ID, s.FairnessKey = fmt.Sprint("fair-", tenant, "-", i), tenant
+		specs = append(specs, s)
+		ids = append(ids, s.ID)
+	}
+	if _, err := cl.SubmitMany(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "10 tasks done", func() (bool, string) {
+		n := 0
+		for _, id := range ids {
+			if got, err := cl.Get(ctx, id); err == nil && got.State == task.Succeeded {
+				n++
+			}
+		}
+		return n >= 10, fmt.Sprint(n, " done")
+	})
+	orch.kill9()
+	c.startOrchestrator("orch-2", orchArgs...)
+	takenOver := 0
+	for _, id := range ids {
+		got, err := cl.Wait(ctx, id)
+		if err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %s %v", id, got.State, err)
+		}
+		for _, r := range history(t, cl, id) {
+			if strings.Contains(r.Event.Reason, "the orchestrator that queued it for its fairness key's turn is gone") {
+				takenOver++
+				break
+			}
+		}
+	}
+	if takenOver == 0 {
+		t.Error("no task was taken over from the killed orchestrator's queue: the test shows nothing")
+	}
+	t.Logf("%d tasks taken over from the killed orchestrator's fairness queue", takenOver)
 }

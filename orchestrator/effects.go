@@ -218,11 +218,17 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		}
 		t, rev = next, nextRev
 	}
-	if t.FairnessKey != "" && o.fair != nil && o.fair.queue(t, rev) {
-		if err := o.sweeps.add(ctx, t); err != nil {
-			return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
+	if t.FairnessKey != "" && o.fair != nil {
+		queued, err := o.fair.queue(ctx, t, rev)
+		if err != nil {
+			return err
 		}
-		return nil
+		if queued {
+			if err := o.sweeps.add(ctx, t); err != nil {
+				return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
+			}
+			return nil
+		}
 	}
 	return o.publishDispatch(ctx, t, rev, true)
 }

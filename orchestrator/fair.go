@@ -2,9 +2,15 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
@@ -23,11 +29,17 @@ import (
 // and a turn of the other keys, not behind another key's backlog.
 //
 // A queued task is ready (its record unchanged: to a user it waits for an
-// executor as if it were in AX_READY) and has its sweep entry like any
-// dispatch. Stop dispatches what is queued. An orchestrator killed with
-// tasks queued leaves them ready without a dispatch: the reconciler
-// dispatches them again (under a new execution) once their level holds no
-// dispatch, as any lost dispatch.
+// executor as if it were in AX_READY). Its durable trace is a marker,
+// ax.fairq.<id> in AX_HELD, naming the execution and this orchestrator
+// (its instance), stored before the task is queued and deleted once its
+// dispatch is stored; and the sweep entry every dispatch has. When the
+// sweep looks at a ready task with a fairness key that no dispatch was
+// published for — its marker is still there — and the orchestrator that
+// queued it is gone (its owner subject has no responders), the task is
+// taken over: dispatched again under a new execution, so that a copy the
+// dead orchestrator may have published after all is dropped by the
+// executor that gets it (fairTakeOver). A live owner answers whether it
+// still holds the task. Stop dispatches what is queued.
 
 const (
 	// fairTick is how often the pump counts the busy levels and refills
@@ -72,20 +84,45 @@ type fairKey struct {
 }
 
 type fairEntry struct {
-	t    task.Task
-	rev  uint64
-	size int64
+	t         task.Task
+	rev       uint64
+	size      int64
+	markerSeq uint64 // the marker's sequence in AX_HELD
 }
+
+// fairMarker is the body of ax.fairq.<id>.
+type fairMarker struct {
+	ID          string `json:"id"`
+	ExecutionID string `json:"execution_id"`
+	Owner       string `json:"owner"`
+}
+
+// fairSendWorkers bounds the dispatches a pump publishes at once.
+const fairSendWorkers = 32
 
 func newFairQueue(o *Orchestrator, window int) *fairQueue {
 	return &fairQueue{o: o, window: window, levels: map[string]*fairLevel{}, ids: map[string]*fairEntry{}}
 }
 
-// queue decides whether t waits for its turn (true: queued here) or is
-// dispatched at once. A task queued already is updated in place.
-func (q *fairQueue) queue(t task.Task, rev uint64) bool {
+// queue decides whether t waits for its turn (true: queued here, its
+// marker stored) or is dispatched at once. A task queued already is
+// updated in place.
+func (q *fairQueue) queue(ctx context.Context, t task.Task, rev uint64) (bool, error) {
+	if !q.wait(t, rev) {
+		return false, nil
+	}
+	data, _ := json.Marshal(fairMarker{ID: t.ID, ExecutionID: t.ExecutionID, Owner: q.o.instance})
+	ack, err := q.o.js.Publish(ctx, subject.FairQueued(t.ID), data)
+	if err != nil {
+		return false, fmt.Errorf("queue %s for its fairness key's turn: %w", t.ID, err)
+	}
+	return q.add(t, rev, ack.Sequence), nil
+}
+
+// wait decides whether t must wait for its turn; a task queued already is
+// updated in place (and waits).
+func (q *fairQueue) wait(t task.Task, rev uint64) bool {
 	level := subject.Ready(t.Capability, t.PriorityLevel())
-	size := int64(len(t.Payload)) + fairEntryOverhead
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e, ok := q.ids[t.ID]; ok {
@@ -97,21 +134,41 @@ func (q *fairQueue) queue(t task.Task, rev uint64) bool {
 		lv = &fairLevel{capability: t.Capability, priority: t.PriorityLevel(), keys: map[string]*fairKey{}}
 		q.levels[level] = lv
 	}
-	if q.closed || (lv.queued == 0 && lv.backlog+lv.sent < q.window) {
-		lv.sent++
-		return false
-	}
-	if len(q.ids) >= fairMaxTasks || q.bytes+size > fairMaxBytes {
+	size := int64(len(t.Payload)) + fairEntryOverhead
+	switch {
+	case q.closed || (lv.queued == 0 && lv.backlog+lv.sent < q.window):
+	case len(q.ids) >= fairMaxTasks || q.bytes+size > fairMaxBytes:
 		if time.Since(q.warned) > time.Minute {
 			q.warned = time.Now()
 			q.o.log.Warn("the fairness queues are full: tasks are dispatched at once, in arrival order", slog.Int("queued", len(q.ids)), slog.Int64("bytes", q.bytes))
 		}
-		lv.sent++
+	default:
+		return true
+	}
+	lv.sent++
+	return false
+}
+
+// add queues t once its marker is stored; false when the queue closed
+// meanwhile (the caller dispatches it).
+func (q *fairQueue) add(t task.Task, rev, markerSeq uint64) bool {
+	level := subject.Ready(t.Capability, t.PriorityLevel())
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e, ok := q.ids[t.ID]; ok {
+		e.t, e.rev, e.markerSeq = t, rev, markerSeq
+		return true
+	}
+	lv := q.levels[level]
+	if q.closed || lv == nil {
+		if lv != nil {
+			lv.sent++
+		}
 		return false
 	}
-	e := &fairEntry{t: t, rev: rev, size: size}
+	e := &fairEntry{t: t, rev: rev, size: int64(len(t.Payload)) + fairEntryOverhead, markerSeq: markerSeq}
 	q.ids[t.ID] = e
-	q.bytes += size
+	q.bytes += e.size
 	k := lv.keys[t.FairnessKey]
 	if k == nil {
 		k = &fairKey{}
@@ -244,16 +301,117 @@ func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
 	q.send(ctx, out)
 }
 
-// send dispatches popped tasks; one that fails goes back to its queue.
+// send dispatches popped tasks, fairSendWorkers at a time, and deletes
+// their markers; one whose dispatch fails goes back to its queue.
 func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
-	for _, e := range out {
-		if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil {
-			if ctx.Err() == nil {
-				q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
-				q.queue(e.t, e.rev)
-			}
-		}
+	held, err := q.o.js.Stream(ctx, subject.StreamHeld)
+	if err != nil {
+		held = nil // the markers stay; the sweep finds them stale
 	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, fairSendWorkers)
+	for _, e := range out {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil {
+				if ctx.Err() == nil {
+					q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
+					if !q.add(e.t, e.rev, e.markerSeq) {
+						q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
+					}
+				}
+				return
+			}
+			if held != nil {
+				if err := held.DeleteMsg(ctx, e.markerSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+					q.o.log.Debug("a fairness marker was not deleted; the sweep finds it stale", slog.String("task_id", e.t.ID), slog.Any("error", err))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// serveOwner answers, until ctx ends, whether this orchestrator still
+// holds a task queued (FairOwner): {"queued": true|false}.
+func (q *fairQueue) serveOwner(ctx context.Context) error {
+	sub, err := q.o.nc.Subscribe(subject.FairOwner(q.o.instance), func(m *nats.Msg) {
+		data, _ := json.Marshal(fairOwnerReply{Queued: q.has(string(m.Data))})
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", subject.FairOwner(q.o.instance), err)
+	}
+	q.o.bg.Add(1)
+	go func() {
+		defer q.o.bg.Done()
+		<-ctx.Done()
+		_ = sub.Unsubscribe()
+	}()
+	return nil
+}
+
+type fairOwnerReply struct {
+	Queued bool `json:"queued"`
+}
+
+// fairTakeOver is the sweep's look at a ready task with a fairness key
+// that this orchestrator does not hold queued: taken true when it was
+// handled here (left to its live owner, or taken over from a dead one),
+// false for the usual look (its dispatch was published).
+func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task) (taken bool, err error) {
+	held, err := o.js.Stream(ctx, subject.StreamHeld)
+	if err != nil {
+		return false, fmt.Errorf("look at %s's fairness marker: %w", t.ID, err)
+	}
+	msg, err := held.GetLastMsgForSubject(ctx, subject.FairQueued(t.ID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil // dispatched (or never queued)
+	}
+	if err != nil {
+		return false, fmt.Errorf("look at %s's fairness marker: %w", t.ID, err)
+	}
+	var m fairMarker
+	if json.Unmarshal(msg.Data, &m) != nil || m.ExecutionID != t.ExecutionID {
+		_ = held.DeleteMsg(ctx, msg.Sequence) // another execution's: stale
+		return false, nil
+	}
+	if m.Owner == o.instance {
+		// Not queued here any more: dispatched, its marker not deleted.
+		_ = held.DeleteMsg(ctx, msg.Sequence)
+		return false, nil
+	}
+	reply, err := o.nc.RequestWithContext(ctx, subject.FairOwner(m.Owner), []byte(t.ID))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		// Its owner is gone: dispatch it again under a new execution.
+		if err := held.DeleteMsg(ctx, msg.Sequence); err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				return true, nil // another orchestrator took it over
+			}
+			return false, fmt.Errorf("take over %s: %w", t.ID, err)
+		}
+		o.repaired(repairFairLost, t)
+		_, err := o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
+			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
+				return nil, "", nil
+			}
+			next := o.readyNext(cur, cur.Attempt)
+			next.Dispatches = cur.Dispatches
+			return &next, "reconciler: the orchestrator that queued it for its fairness key's turn is gone; dispatched again", nil
+		})
+		return true, ignoreNotFound(err)
+	case err != nil:
+		return false, fmt.Errorf("ask the orchestrator that queued %s: %w", t.ID, err)
+	}
+	var r fairOwnerReply
+	if json.Unmarshal(reply.Data, &r) == nil && r.Queued {
+		return true, o.armWatch(ctx, t)
+	}
+	return false, nil
 }
 
 // drain dispatches every queued task at the orchestrator's stop and

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ax-run/ax/internal/consume"
@@ -89,6 +90,8 @@ type Orchestrator struct {
 	limits  *keyLimits
 	slotsKV jetstream.KeyValue
 	fair    *fairQueue
+	// instance names this run of the orchestrator in its fairness markers.
+	instance string
 	// slotKeys are the concurrency keys whose slots are exported.
 	slotKeysMu sync.Mutex
 	slotKeys   map[string]struct{}
@@ -124,7 +127,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
 	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
-		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits)}
+		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
 	if c.FairWindow > 0 {
 		o.fair = newFairQueue(o, c.FairWindow)
@@ -180,6 +183,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.bg.Add(1)
 	go o.slotAuditLoop(runCtx)
 	if o.fair != nil {
+		if err := o.fair.serveOwner(runCtx); err != nil {
+			cancel()
+			o.bg.Wait()
+			o.closeCommitter()
+			return fmt.Errorf("orchestrator: %w", err)
+		}
 		o.bg.Add(1)
 		go o.fair.run(runCtx)
 	}

@@ -42,6 +42,7 @@ const (
 	repairShards        = "shards_ended"
 	repairRetryOverdue  = "retry_overdue"
 	repairSlotFreed     = "slot_freed"
+	repairFairLost      = "fair_queue_lost"
 )
 
 // armWatch (re)arms the reconciler's look at an unfinished task.
@@ -123,6 +124,12 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 	}
 	if t.State == task.Ready && o.fair.has(t.ID) {
 		return o.armWatch(ctx, t) // queued here for its turn
+	}
+	if t.State == task.Ready && t.FairnessKey != "" {
+		// Queued for its turn by another orchestrator, or dispatched.
+		if taken, err := o.fairTakeOver(ctx, t); taken || err != nil {
+			return err
+		}
 	}
 	if strings.HasPrefix(t.Reason, "held:") {
 		return o.armWatch(ctx, t) // a pause or breaker holds it; its gate releases it

@@ -435,6 +435,24 @@ func ParseSlotWait(subj string) (key, id string, ok bool) {
 
 const slotWaitPrefix = "ax.slotwait."
 
+// FairQueued marks a ready task queued in an orchestrator for its fairness
+// key's turn (kept in AX_HELD until the task is dispatched), naming the
+// orchestrator: ax.fairq.<id>.
+func FairQueued(id string) string { return fairQueuedPrefix + id }
+
+const fairQueuedPrefix = "ax.fairq."
+
+// FairQueuedAll matches every FairQueued marker.
+const FairQueuedAll = "ax.fairq.>"
+
+// FairOwner is where an orchestrator answers whether it still holds a task
+// queued for fairness (core NATS; the instance is its FairQueued markers'
+// owner).
+func FairOwner(instance string) string { return "ax.fairowner." + instance }
+
+// FairOwnerAll matches every FairOwner subject.
+const FairOwnerAll = "ax.fairowner.>"
+
 // SlotWaitAll matches every task waiting for a concurrency slot.
 const SlotWaitAll = "ax.slotwait.>"
 
