@@ -452,7 +452,7 @@ func (e *Executor) report(hardStop context.Context, r task.Report) error {
 		_, err := e.js.Publish(ctx, subject.Completed(r.Type), data,
 			jetstream.WithMsgID("report-"+r.ExecutionID+"-"+e.cfg.ID))
 		return err
-	}, bo)
+	}, backoff.WithContext(bo, hardStop)) // a stop for good ends the wait between tries too
 }
 
 // track records a running execution in its session; it returns false
