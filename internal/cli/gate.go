@@ -66,7 +66,8 @@ func scopeName(typ string) string {
 	return "task type " + typ
 }
 
-// overview prints the system's state: pauses, breakers, backlogs.
+// overview prints the system's state: pauses, breakers, key limits,
+// backlogs.
 func overview(cmd *cobra.Command, g *globals) error {
 	ctx := cmd.Context()
 	c, err := g.client(ctx)
@@ -103,8 +104,16 @@ func overview(cmd *cobra.Command, g *globals) error {
 	if err != nil {
 		return err
 	}
+	// Limits unreadable (a deployment whose rights predate AX_SLOTS)
+	// leave the rest of the overview.
+	limits, limitsErr := c.Limits(ctx)
 	if g.jsonOutput() {
-		return g.printJSON(map[string]any{"gates": gates, "backlog": backlog, "recent_audit": audit})
+		out := map[string]any{"gates": gates, "backlog": backlog, "recent_audit": audit, "limits": limits}
+		if limitsErr != nil {
+			out["limits_error"] = limitsErr.Error()
+			delete(out, "limits")
+		}
+		return g.printJSON(out)
 	}
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "Backlog\tsubmissions %d\tready %d\treports %d\theld %d\tdead letters %d\n",
@@ -134,8 +143,11 @@ func overview(cmd *cobra.Command, g *globals) error {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%.0f%%\t%d\n", t, b.State, b.Since.Format(time.RFC3339), 100*b.FailureRatio, b.Volume)
 	}
 	_ = w.Flush()
+	if err := printLimitsSummary(g.stdout, limits, limitsErr); err != nil {
+		return err
+	}
 	if len(audit) > 0 {
-		fmt.Fprintln(g.stdout, "\nRecent breaker and pause changes:")
+		fmt.Fprintln(g.stdout, "\nRecent breaker, pause and limit changes:")
 		for _, ev := range audit {
 			fmt.Fprintf(g.stdout, "  %s  %s %s: %s -> %s  %s\n", ev.At.Format(time.RFC3339), ev.Kind, ev.Key, ev.From, ev.To, ev.Reason)
 		}
