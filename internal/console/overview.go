@@ -53,6 +53,14 @@ type Overview struct {
 	Executor []ExecutorRow     `json:"executors"`
 	Pauses   []PauseRow        `json:"pauses"`
 	Breakers []BreakerRow      `json:"breakers"`
+	// Limits are the key limits set at run time with the concurrency keys
+	// in use under each (sdk.Client.Limits); a last entry without a
+	// pattern gathers the keys limited by the orchestrators'
+	// configuration.
+	Limits []sdk.LimitStatus `json:"limits"`
+	// BusyKeys are the concurrency keys at or near their limit, fullest
+	// first, at most busyKeysShown.
+	BusyKeys []BusyKey `json:"busy_keys"`
 	// MirrorLag is nil without a mirror.
 	MirrorLag *LagRow `json:"mirror_lag,omitempty"`
 	// Recent are the newest audit events (operators, pauses, breakers).
@@ -80,6 +88,52 @@ type PauseRow struct {
 type BreakerRow struct {
 	Type string `json:"type"`
 	sdk.BreakerStatus
+}
+
+// BusyKey is a concurrency key at or near its limit: at least 80 % of its
+// slots taken, or an adaptive limit lowered below the limit's concurrency.
+type BusyKey struct {
+	// Pattern is the run-time limit governing the key ("" for one of the
+	// orchestrators' configuration).
+	Pattern string `json:"pattern"`
+	sdk.KeyUsage
+}
+
+// busyKeysShown bounds Overview.BusyKeys.
+const busyKeysShown = 50
+
+// HasRuntimeLimits reports whether a key limit was set at run time.
+func (o *Overview) HasRuntimeLimits() bool {
+	for _, l := range o.Limits {
+		if l.Limit.Key != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// busyKeys returns the keys of ls at or near their limit, fullest first.
+func busyKeys(ls []sdk.LimitStatus) []BusyKey {
+	var out []BusyKey
+	for _, s := range ls {
+		for _, u := range s.Keys {
+			lowered := u.Adaptive > 0 && s.Limit.Concurrency > 0 && u.Adaptive < float64(s.Limit.Concurrency)
+			if lowered || (u.Limit > 0 && 5*u.InUse >= 4*u.Limit) {
+				out = append(out, BusyKey{Pattern: s.Limit.Key, KeyUsage: u})
+			}
+		}
+	}
+	fill := func(b BusyKey) float64 {
+		if b.Limit == 0 {
+			return 0
+		}
+		return float64(b.InUse) / float64(b.Limit)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return fill(out[i]) > fill(out[j]) })
+	if len(out) > busyKeysShown {
+		out = out[:busyKeysShown]
+	}
+	return out
 }
 
 // LagRow is how far the mirror is behind.
@@ -155,6 +209,9 @@ func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
 		}
 		sort.Slice(ov.Breakers, func(i, j int) bool { return ov.Breakers[i].Type < ov.Breakers[j].Type })
 	}
+	ov.Limits, err = s.c.Limits(ctx)
+	note("key limits", err)
+	ov.BusyKeys = busyKeys(ov.Limits)
 	ov.Recent, err = s.c.AuditEvents(ctx, 12)
 	note("audit events", err)
 	for i, j := 0, len(ov.Recent)-1; i < j; i, j = i+1, j-1 {
