@@ -190,6 +190,9 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	if _, err := op.AuditEvents(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := op.Limits(ctx); err != nil { // AX_CONTROL's limits, AX_SLOTS
+		t.Fatal(err)
+	}
 	if _, err := op.Schedules(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +207,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	if _, err := op.RedriveWithReason(ctx, "pdf-fail", "security e2e"); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"status"}, {"status", "pdf-flaky"}, {"dlq", "list"}, {"rejected"}, {"schedule", "list"}, {"poison", "list"}} {
+	for _, args := range [][]string{{"status"}, {"status", "pdf-flaky"}, {"dlq", "list"}, {"rejected"}, {"schedule", "list"}, {"poison", "list"}, {"limits"}} {
 		axAs(t, sec, "operator", args...)
 	}
 	if got, err := prod.Wait(ctx, "pdf-fail"); err != nil || got.State != task.Failed || got.Redrives != 1 {

@@ -26,7 +26,8 @@
 //   - operator (the CLI's operator commands and the console): sends
 //     commands, records operator audit events, resubmits (re-run, a
 //     schedule fired by hand) and reads everything but the queues'
-//     messages.
+//     messages (pauses, breakers and key limits in AX_CONTROL, the
+//     concurrency slots in AX_SLOTS included).
 //
 // Every user receives replies only on its own inboxes, _INBOX.<user>.>: a
 // client of that user must connect with that inbox prefix (--inbox-prefix,
@@ -283,8 +284,11 @@ func orchestrator(objects []string) Permissions {
 		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll,
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
+		subject.SlotWaitAll, // tasks waiting for a concurrency slot (AX_HELD)
+		subject.FairQueuedAll, subject.FairOwnerAll, // tasks queued for fairness; asking their owner
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
-		kvAll(subject.BucketKeys), // the execution-token key: orchestrators only
+		kvAll(subject.BucketSlots), // concurrency slots per key
+		kvAll(subject.BucketKeys),  // the execution-token key: orchestrators only
 		// Command replies (Ax-Reply-To: another user's inbox).
 		subject.ReplyInbox+".>",
 	)
@@ -292,7 +296,7 @@ func orchestrator(objects []string) Permissions {
 	for _, b := range objects {
 		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
 	}
-	p.Subscribe.Allow = []string{subject.ClaimAll, subject.DirectAll, subject.StateAll}
+	p.Subscribe.Allow = []string{subject.ClaimAll, subject.DirectAll, subject.StateAll, subject.FairOwnerAll}
 	p.AllowResponses = true // claim and direct-request replies
 	return p
 }
@@ -419,7 +423,7 @@ func operator(name string, objects []string) Permissions {
 	)
 	read(&p, Operator, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
 		subject.StreamDLQ, subject.StreamRejected, subject.StreamHeld, subject.StreamAudit, subject.StreamPoison,
-		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl)}, objStreams(objects)...)...)
+		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl), kvStream(subject.BucketSlots)}, objStreams(objects)...)...)
 	return p
 }
 

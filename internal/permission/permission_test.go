@@ -201,6 +201,40 @@ func TestMatrix(t *testing.T) {
 		pub("operator", "$O.AX_OBJECTS_email.C.abc", false),
 		pub("console", subject.CommandAs("console", subject.CommandCancel, "x"), true),
 		pub("console", subject.CommandAs("operator", subject.CommandCancel, "x"), false),
+
+		// Key limits: the orchestrator keeps the slots (AX_SLOTS) and the
+		// tasks waiting for one (ax.slotwait.> in AX_HELD); operators and
+		// the console read the slots and the limits (AX_CONTROL), and set
+		// limits only through commands.
+		pub("orchestrator", "$KV.AX_SLOTS.customer.42", true),
+		pub("orchestrator", subject.SlotWait(2, "customer.42", "x"), true),
+		pub("orchestrator", "$JS.API.CONSUMER.CREATE.AX_HELD.ax-slotwait.ax.slotwait.p0.customer.42.*", true),
+		pub("operator", subject.CommandAs("operator", subject.CommandLimitSet, subject.LimitID("customer.*")), true),
+		pub("operator", subject.CommandAs("operator", subject.CommandLimitDelete, subject.LimitID("customer.*")), true),
+		pub("console", subject.CommandAs("console", subject.CommandLimitSet, subject.LimitID("customer.*")), true),
+		pub("operator", "$JS.API.STREAM.MSG.GET.KV_AX_SLOTS", true),
+		pub("operator", "$JS.API.DIRECT.GET.KV_AX_SLOTS.$KV.AX_SLOTS.customer.42", true),
+		pub("operator", "$JS.API.CONSUMER.CREATE.KV_AX_SLOTS.abc.$KV.AX_SLOTS.>", true),
+		pub("operator", "$JS.API.STREAM.INFO.KV_AX_SLOTS", true),
+		pub("console", "$JS.API.CONSUMER.CREATE.KV_AX_SLOTS.abc.$KV.AX_SLOTS.>", true),
+		pub("console", "$JS.API.CONSUMER.CREATE.KV_AX_CONTROL.abc.$KV.AX_CONTROL.limit.>", true),
+		pub("operator", "$KV.AX_SLOTS.customer.42", false),
+		pub("operator", "$KV.AX_CONTROL."+subject.ControlLimit("customer.*"), false),
+		pub("operator", subject.SlotWait(2, "customer.42", "x"), false),
+		pub("operator", "$JS.API.STREAM.PURGE.KV_AX_SLOTS", false),
+		pub("executor-email", "$KV.AX_SLOTS.customer.42", false),
+		pub("executor-email", "$JS.API.STREAM.MSG.GET.KV_AX_SLOTS", false),
+		pub("executor-email", subject.SlotWait(2, "customer.42", "x"), false),
+		pub("producer", "$KV.AX_SLOTS.customer.42", false),
+		pub("producer", subject.Command(subject.CommandLimitSet, subject.LimitID("customer.*")), false),
+		pub("mirror", "$JS.API.STREAM.MSG.GET.KV_AX_SLOTS", false),
+		// Fairness: orchestrators mark the tasks they queue and ask each
+		// other whether they still hold one; nobody else.
+		pub("orchestrator", subject.FairQueued("x"), true),
+		pub("orchestrator", subject.FairOwner("abc"), true),
+		pub("operator", subject.FairQueued("x"), false),
+		pub("executor-email", subject.FairOwner("abc"), false),
+		pub("producer", subject.FairQueued("x"), false),
 	}
 	// The execution-token key: only orchestrators read it, or any executor
 	// could sign reports and claims for executions it was not dispatched.
