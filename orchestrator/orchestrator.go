@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/ax-run/ax/internal/typeset"
 	"github.com/ax-run/ax/internal/unique"
 	"github.com/ax-run/ax/internal/window"
+	"github.com/ax-run/ax/task"
 )
 
 func randFloat() float64 { return rand.Float64() }
@@ -382,6 +384,11 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	if o.slotsKV, err = o.js.KeyValue(ctx, subject.BucketSlots); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketSlots, err)
+	}
+	// Clients list the configured limits beside those set at run time.
+	data, _ := json.Marshal(task.ConfiguredLimits{Limits: o.cfg.KeyLimits, By: o.cfg.NodeID, At: o.now()})
+	if _, err := o.control.Put(ctx, subject.ControlConfiguredLimits, data); err != nil {
+		return fmt.Errorf("publish the configured key limits: %w", err)
 	}
 	for _, l := range loops {
 		if _, err := o.bindLoop(ctx, l); err != nil {

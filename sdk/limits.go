@@ -18,14 +18,20 @@ import (
 // first 1,000 the bucket lists; keys beyond are left out.
 const MaxLimitKeys = 1000
 
-// LimitStatus is one run-time key limit (set with SetLimit, ax limits
-// set) and the concurrency keys it governs.
+// LimitStatus is one key limit in force — set at run time (SetLimit, ax
+// limits set) or from the orchestrators' configuration — and the
+// concurrency keys it governs.
 type LimitStatus struct {
-	// Limit is the limit as stored, with who set it, when and why. Its Key
-	// is empty for the entry that gathers the keys in use that no run-time
-	// limit matches: those of limits from the orchestrators' configuration
-	// (orchestrator.Config.KeyLimits), which the client cannot read.
+	// Limit is the limit as stored, with who set it, when and why (for a
+	// configured one: the orchestrator that last published the
+	// configuration). Its Key is empty for the entry that gathers the keys
+	// in use that no limit matches (a limit removed while its keys' tasks
+	// still hold slots).
 	Limit task.KeyLimit `json:"limit"`
+	// Configured is true for a limit of the orchestrators' configuration
+	// (orchestrator.Config.KeyLimits, ax orchestrator --key-limit) that no
+	// run-time limit of the same pattern replaces.
+	Configured bool `json:"configured,omitempty"`
 	// Keys are the concurrency keys with a record in AX_SLOTS that the
 	// limit governs (by task.MatchLimit among the run-time limits), sorted.
 	Keys []KeyUsage `json:"keys"`
@@ -93,21 +99,66 @@ func (c *Client) limitCommand(ctx context.Context, kind, pattern string, req tas
 	return nil
 }
 
-// Limits lists the run-time key limits (AX_CONTROL), sorted by pattern,
-// each with the concurrency keys in use that it governs (AX_SLOTS, at most
-// MaxLimitKeys keys). Keys no run-time limit matches come last, under an
-// entry with an empty Limit.Key (see LimitStatus). Limits from the
-// orchestrators' configuration are not listed.
+// Limits lists the key limits in force (AX_CONTROL): those set at run
+// time and those of the orchestrators' configuration that none of the
+// same pattern replaces (Configured), sorted by pattern, each with the
+// concurrency keys in use that it governs (AX_SLOTS, at most MaxLimitKeys
+// keys). Keys no limit matches come last, under an entry with an empty
+// Limit.Key (see LimitStatus).
 func (c *Client) Limits(ctx context.Context) ([]LimitStatus, error) {
 	limits, err := c.runtimeLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
+	conf, err := c.configuredLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	set := make(map[string]bool, len(limits))
+	for _, l := range limits {
+		set[l.Key] = true
+	}
+	isConf := map[string]bool{}
+	for _, l := range conf.Limits {
+		if !set[l.Key] {
+			l.By, l.At = conf.By, conf.At
+			if l.Reason == "" {
+				l.Reason = "the orchestrators' configuration"
+			}
+			limits = append(limits, l)
+			set[l.Key], isConf[l.Key] = true, true
+		}
+	}
 	usage, err := c.keyUsage(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return groupUsage(limits, usage), nil
+	out := groupUsage(limits, usage)
+	for i := range out {
+		out[i].Configured = isConf[out[i].Limit.Key]
+	}
+	return out, nil
+}
+
+// configuredLimits reads the limits of the orchestrators' configuration
+// (none before an orchestrator of this version started).
+func (c *Client) configuredLimits(ctx context.Context) (task.ConfiguredLimits, error) {
+	var conf task.ConfiguredLimits
+	kv, err := c.js.KeyValue(ctx, subject.BucketControl)
+	if err != nil {
+		return conf, fmt.Errorf("bind %s: %w", subject.BucketControl, err)
+	}
+	e, err := kv.Get(ctx, subject.ControlConfiguredLimits)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return conf, nil
+	case err != nil:
+		return conf, fmt.Errorf("read the configured limits: %w", err)
+	}
+	if err := json.Unmarshal(e.Value(), &conf); err != nil {
+		return conf, fmt.Errorf("the configured limits hold %q: %w", e.Value(), err)
+	}
+	return conf, nil
 }
 
 // runtimeLimits reads the limit.<id> keys of AX_CONTROL.

@@ -245,3 +245,28 @@ func TestSetLimitThroughAnOrchestrator(t *testing.T) {
 		t.Fatalf("limits after delete: %+v, %v", got, err)
 	}
 }
+
+// TestConfiguredLimitsAreListed: the orchestrators' configured limits are
+// listed, marked configured, until a run-time limit of the same pattern
+// replaces one.
+func TestConfiguredLimitsAreListed(t *testing.T) {
+	t.Parallel()
+	_, _, c := testenv.Stack(t, orchestrator.Config{NodeID: "orch-conf", KeyLimits: []task.KeyLimit{
+		{Key: "customer.*", Concurrency: 5}, {Key: "tenant.big", Weight: 3}}}, executor.Config{})
+	ctx := testenv.Context(t, time.Minute)
+	got, err := c.Limits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Limit.Key != "customer.*" || !got[0].Configured || got[0].Limit.Concurrency != 5 ||
+		got[0].Limit.By != "orch-conf" || got[1].Limit.Key != "tenant.big" || got[1].Limit.Weight != 3 || !got[1].Configured {
+		t.Fatalf("configured limits: %+v", got)
+	}
+	if err := c.SetLimit(ctx, task.KeyLimit{Key: "customer.*", Concurrency: 9}, "more"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.Limits(ctx)
+	if err != nil || len(got) != 2 || got[0].Configured || got[0].Limit.Concurrency != 9 || !got[1].Configured {
+		t.Fatalf("a run-time limit replacing a configured one: %+v %v", got, err)
+	}
+}

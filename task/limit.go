@@ -184,6 +184,16 @@ func moreSpecific(a, b string) bool {
 	return a < b
 }
 
+// ConfiguredLimits is the AX_CONTROL value limits.configured: the key
+// limits of the orchestrators' configuration, as the last orchestrator to
+// start had them (give every orchestrator the same list).
+type ConfiguredLimits struct {
+	Limits []KeyLimit `json:"limits"`
+	// By is the orchestrator that wrote them, At when.
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
 // Slots is the value of a concurrency key in the AX_SLOTS bucket: the
 // tasks holding its slots (by id, since when) and, under an adaptive
 // limit, the limit's current value.

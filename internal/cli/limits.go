@@ -27,9 +27,9 @@ cluster (optionally adaptive), at most N starts per window; and weigh each
 fairness key's (fairness_key) share of dispatches. "*" matches one token,
 a final ">" one or more; the most specific matching pattern wins.
 
-Without a subcommand: the limits set at run time (ax limits set; those of
-the orchestrators' configuration are not listed) and, for each, the
-concurrency keys in use (the first ` + strconv.Itoa(sdk.MaxLimitKeys) + `) with their slots.`,
+Without a subcommand: the limits in force, set at run time (ax limits set)
+or from the orchestrators' configuration (ax orchestrator --key-limit;
+SOURCE "config"), and, for each, the concurrency keys in use (the first ` + strconv.Itoa(sdk.MaxLimitKeys) + `) with their slots.`,
 		Example: `  ax limits
   ax limits set 'customer.*' --concurrency 5 --reason "one customer must not take every worker"
   ax limits set 'api.partner.>' --rate 100 --per 1m
@@ -111,20 +111,24 @@ func limitRmCmd(g *globals) *cobra.Command {
 }
 
 // configured names the entry of sdk.Limits that gathers the keys no
-// run-time limit matches.
-const configured = "(configuration)"
+// limit matches (a limit removed while tasks of its keys hold slots).
+const configured = "(no limit)"
 
 // printLimits prints the limits, then every key in use.
 func printLimits(out io.Writer, ls []sdk.LimitStatus) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PATTERN\tLIMIT\tKEYS\tSET BY\tAT\tREASON")
+	fmt.Fprintln(w, "PATTERN\tLIMIT\tKEYS\tSOURCE\tSET BY\tAT\tREASON")
 	keys := 0
 	for _, s := range ls {
 		keys += len(s.Keys)
 		if s.Limit.Key == "" {
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", s.Limit.Key, describeLimit(s.Limit), len(s.Keys),
+		source := "run time"
+		if s.Configured {
+			source = "config"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", s.Limit.Key, describeLimit(s.Limit), len(s.Keys), source,
 			orDash(s.Limit.By), timeOrDash(s.Limit.At), orDash(s.Limit.Reason))
 	}
 	if err := w.Flush(); err != nil {
@@ -178,7 +182,7 @@ func printKeys(out io.Writer, ls []sdk.LimitStatus, keep func(task.KeyLimit, sdk
 // printLimitsSummary is ax status's section on key limits: the run-time
 // limits, and the keys at or near their limit.
 func printLimitsSummary(out io.Writer, ls []sdk.LimitStatus, err error) error {
-	fmt.Fprintln(out, "\nKey limits (set at run time):")
+	fmt.Fprintln(out, "\nKey limits:")
 	if err != nil {
 		fmt.Fprintf(out, "  not readable: %v\n", err)
 		return nil

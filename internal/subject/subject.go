@@ -102,6 +102,11 @@ func ParseLimitID(id string) (pattern string, ok bool) {
 
 const controlLimit = "limit."
 
+// ControlConfiguredLimits holds the key limits of the orchestrators'
+// configuration (task.ConfiguredLimits), written by each orchestrator at
+// its start so that clients can list them.
+const ControlConfiguredLimits = "limits.configured"
+
 // ParseControlKey tells what a control key is about: kind "pause" with
 // taskType "" for all types, kind "breaker", or kind "limit" with the
 // limit's key pattern in place of the type.
