@@ -326,7 +326,7 @@ func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
 				return
 			}
 			if held != nil {
-				if err := held.DeleteMsg(ctx, e.markerSeq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				if err := held.DeleteMsg(ctx, e.markerSeq); err != nil && !msgGone(err) {
 					q.o.log.Debug("a fairness marker was not deleted; the sweep finds it stale", slog.String("task_id", e.t.ID), slog.Any("error", err))
 				}
 			}
@@ -389,7 +389,7 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task) (taken boo
 	case errors.Is(err, nats.ErrNoResponders):
 		// Its owner is gone: dispatch it again under a new execution.
 		if err := held.DeleteMsg(ctx, msg.Sequence); err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
+			if msgGone(err) {
 				return true, nil // another orchestrator took it over
 			}
 			return false, fmt.Errorf("take over %s: %w", t.ID, err)

@@ -166,45 +166,177 @@ func (o *Orchestrator) writeSlots(ctx context.Context, key string, s task.Slots,
 	return err
 }
 
+// msgGone reports whether a message delete found no message: deleted
+// already (jetstream answers "message deletion unsuccessful: no message
+// found", not ErrMsgNotFound).
+func msgGone(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "no message found"))
+}
+
 // casConflict reports whether a KV write lost a compare-and-set.
 func casConflict(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// Slot changes of one key are combined: every change waiting while one
+// is written goes in the next read-and-write of the key's record (a
+// compare-and-set), as a group commit does, so a busy key costs a write per
+// round trip, not per change, and this orchestrator's changes do not lose
+// compare-and-sets to each other (another orchestrator's still may; they
+// are redone on the fresh record).
+
+// slotOp is one change to a key's slots and, once done is closed, its
+// result.
+type slotOp struct {
+	take    bool // take a slot for t; else give t's back
+	t       task.Task
+	l       task.KeyLimit
+	limited bool // l is in force (a free with no limit clears an adaptive value)
+
+	ok          bool // take: t holds a slot; free: t held one, given back
+	inUse, free int  // after the change: slots in use; free slots for waiters (the first free of a batch only)
+	limit       int  // the slots allowed
+	err         error
+	done        chan struct{}
+}
+
+// slotBatches queues the changes waiting per key.
+type slotBatches struct {
+	mu      sync.Mutex
+	pending map[string][]*slotOp
+	busy    map[string]bool
+}
+
+// changeSlots applies op with the other changes of its key waiting: the
+// first caller of a key writes for everyone queued behind it until none
+// waits.
+func (o *Orchestrator) changeSlots(ctx context.Context, op *slotOp) {
+	key := op.t.ConcurrencyKey
+	op.done = make(chan struct{})
+	b := &o.slotBatches
+	b.mu.Lock()
+	if b.pending == nil {
+		b.pending, b.busy = map[string][]*slotOp{}, map[string]bool{}
+	}
+	b.pending[key] = append(b.pending[key], op)
+	if b.busy[key] {
+		b.mu.Unlock()
+		select {
+		case <-op.done:
+		case <-ctx.Done():
+			// The writer finishes it; this caller stops waiting (its
+			// message is redelivered and asks again: idempotent).
+		}
+		return
+	}
+	b.busy[key] = true
+	b.mu.Unlock()
+	for {
+		b.mu.Lock()
+		ops := b.pending[key]
+		delete(b.pending, key)
+		if len(ops) == 0 {
+			delete(b.busy, key)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		o.writeSlotOps(ctx, key, ops)
+		for _, op := range ops {
+			close(op.done)
+		}
+	}
+}
+
+// writeSlotOps applies ops to key's record in one compare-and-set, redone
+// on the fresh record after a conflict.
+func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slotOp) {
+	fail := func(err error) {
+		for _, op := range ops {
+			op.err = err
+		}
+	}
+	for range maxCASRetries {
+		s, rev, err := o.readSlots(ctx, key)
+		if err != nil {
+			fail(err)
+			return
+		}
+		changed := false
+		for _, op := range ops {
+			_, held := s.Holders[op.t.ID]
+			op.ok, op.free = false, 0
+			switch {
+			case op.take && held:
+				op.ok = true
+			case op.take && len(s.Holders) < slotLimit(op.l, s):
+				if s.Holders == nil {
+					s.Holders = map[string]time.Time{}
+				}
+				s.Holders[op.t.ID] = o.now()
+				if op.l.Adaptive && s.Limit == 0 {
+					s.Limit = float64(op.l.Concurrency)
+				}
+				op.ok, changed = true, true
+			case !op.take && held:
+				delete(s.Holders, op.t.ID)
+				if op.limited && op.l.Adaptive {
+					o.adapt(&s, op.l, op.t)
+				} else {
+					s.Limit = 0
+				}
+				op.ok, changed = true, true
+			}
+			op.inUse, op.limit = len(s.Holders), slotLimit(op.l, s)
+		}
+		if changed {
+			err = o.writeSlots(ctx, key, s, rev)
+			if casConflict(err) {
+				continue
+			}
+			if err != nil {
+				fail(fmt.Errorf("change the slots of key %s: %w", key, err))
+				return
+			}
+		}
+		first := true
+		for _, op := range ops {
+			if !op.take && op.ok && first {
+				op.free, first = 1, false
+				if op.limited {
+					op.free = slotLimit(op.l, s) - len(s.Holders)
+				}
+			}
+			if op.limited {
+				o.noteSlots(key, s, op.l)
+			}
+		}
+		return
+	}
+	fail(fmt.Errorf("change the slots of key %s: too many concurrent changes", key))
 }
 
 // takeSlot takes a slot of t's concurrency key for t under l, or finds the
 // one t holds. It returns whether t holds one, and the slots in use and
 // allowed when it does not.
 func (o *Orchestrator) takeSlot(ctx context.Context, t task.Task, l task.KeyLimit) (ok bool, inUse, limit int, err error) {
-	key := t.ConcurrencyKey
-	for range maxCASRetries {
-		s, rev, err := o.readSlots(ctx, key)
-		if err != nil {
-			return false, 0, 0, err
-		}
-		if _, held := s.Holders[t.ID]; held {
-			return true, len(s.Holders), slotLimit(l, s), nil
-		}
-		limit = slotLimit(l, s)
-		if len(s.Holders) >= limit {
-			return false, len(s.Holders), limit, nil
-		}
-		if s.Holders == nil {
-			s.Holders = map[string]time.Time{}
-		}
-		s.Holders[t.ID] = o.now()
-		if l.Adaptive && s.Limit == 0 {
-			s.Limit = float64(l.Concurrency)
-		}
-		err = o.writeSlots(ctx, key, s, rev)
-		if err == nil {
-			o.noteSlots(key, s, l)
-			return true, len(s.Holders), limit, nil
-		}
-		if !casConflict(err) {
-			return false, 0, 0, fmt.Errorf("take a slot of key %s: %w", key, err)
-		}
+	op := &slotOp{take: true, t: t, l: l, limited: true}
+	o.changeSlots(ctx, op)
+	if err := waitSlotOp(ctx, op); err != nil {
+		return false, 0, 0, err
 	}
-	return false, 0, 0, fmt.Errorf("take a slot of key %s: too many concurrent changes", key)
+	return op.ok, op.inUse, op.limit, nil
+}
+
+// waitSlotOp returns op's error once it is done, or ctx's.
+func waitSlotOp(ctx context.Context, op *slotOp) error {
+	select {
+	case <-op.done:
+		return op.err
+	default:
+		return ctx.Err()
+	}
 }
 
 // freeSlot gives back the slot t holds (none held: nothing happens),
@@ -212,37 +344,74 @@ func (o *Orchestrator) takeSlot(ctx context.Context, t task.Task, l task.KeyLimi
 // waiters as there are free slots after it. Idempotent: a second call
 // finds no slot.
 func (o *Orchestrator) freeSlot(ctx context.Context, t task.Task) error {
-	key := t.ConcurrencyKey
-	l, limited := o.limits.match(key, "concurrency")
-	for range maxCASRetries {
-		s, rev, err := o.readSlots(ctx, key)
-		if err != nil || rev == 0 {
-			return err
-		}
-		if _, held := s.Holders[t.ID]; !held {
-			return nil
-		}
-		delete(s.Holders, t.ID)
-		if limited && l.Adaptive {
-			o.adapt(&s, l, t)
-		} else {
-			s.Limit = 0
-		}
-		err = o.writeSlots(ctx, key, s, rev)
-		if casConflict(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("free the slot of %s under key %s: %w", t.ID, key, err)
-		}
-		free := 1
-		if limited {
-			free = slotLimit(l, s) - len(s.Holders)
-			o.noteSlots(key, s, l)
-		}
-		return o.wakeSlotWaiters(ctx, key, min(free, 16))
+	l, limited := o.limits.match(t.ConcurrencyKey, "concurrency")
+	op := &slotOp{t: t, l: l, limited: limited}
+	o.changeSlots(ctx, op)
+	if err := waitSlotOp(ctx, op); err != nil {
+		return err
 	}
-	return fmt.Errorf("free the slot of %s under key %s: too many concurrent changes", t.ID, key)
+	if !op.limited && op.ok {
+		op.free = 16 // the limit went: let waiters go
+	}
+	if op.free > 0 {
+		o.wakeLater(t.ConcurrencyKey, op.free)
+	}
+	return nil
+}
+
+// wakeLater wakes up to n waiters of key in the background, one goroutine
+// per key at a time (later wake-ups add to its count): the report that
+// freed the slot is applied without waiting for them, and a wake-up lost
+// to a crash or an error is made good by the waiters' watches.
+func (o *Orchestrator) wakeLater(key string, n int) {
+	w := &o.slotWakes
+	w.mu.Lock()
+	if w.due == nil {
+		w.due = map[string]int{}
+	}
+	_, running := w.due[key]
+	w.due[key] = min(w.due[key]+n, 16)
+	w.mu.Unlock()
+	if running {
+		return
+	}
+	o.bg.Add(1)
+	go func() {
+		defer o.bg.Done()
+		for {
+			w.mu.Lock()
+			n := w.due[key]
+			if n == 0 || o.runCtx.Err() != nil {
+				delete(w.due, key)
+				w.mu.Unlock()
+				return
+			}
+			w.due[key] = 0
+			w.mu.Unlock()
+			if err := o.wakeSlotWaiters(o.runCtx, key, n); err != nil && o.runCtx.Err() == nil {
+				o.log.Warn("waking tasks waiting for a slot failed; their watches look again", slog.String("key", key), slog.Any("error", err))
+			}
+		}
+	}()
+}
+
+// slotWakes counts the wake-ups due per key while one runs.
+type slotWakes struct {
+	mu  sync.Mutex
+	due map[string]int
+}
+
+// adaptiveAbsorbs reports whether a failed attempt is a "slow down" (a
+// handler's RetryAfter: an HTTP 429, say) of a task under an adaptive
+// limit: the limit answers it by lowering the key's concurrency, so it
+// does not count towards the type's circuit breaker, which would hold
+// every task of the type instead.
+func (o *Orchestrator) adaptiveAbsorbs(t task.Task, r task.Report) bool {
+	if r.Status != task.OutcomeFailed || r.RetryAfter == nil || r.Permanent || t.ConcurrencyKey == "" {
+		return false
+	}
+	l, ok := o.limits.match(t.ConcurrencyKey, "concurrency")
+	return ok && l.Adaptive
 }
 
 // adaptDecrease is the factor an adaptive limit is lowered by.
@@ -250,8 +419,9 @@ const adaptDecrease = 0.8
 
 // adapt moves an adaptive limit by the outcome of t's attempt (AIMD): down
 // by adaptDecrease when it failed and will be retried, or succeeded slower
-// than the target, at most once per attempt's duration (the failures of
-// one round lower it once); up by 1/limit per other success.
+// than the target, at most once per round of attempts (the moving average
+// of the successes' durations: the failures of one round lower it once);
+// up by 1/limit per other success, so one slot per round.
 func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task) {
 	if s.Limit <= 0 {
 		s.Limit = float64(l.Concurrency)
@@ -263,17 +433,29 @@ func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task) {
 		if t.FinishedAt != nil {
 			end = *t.FinishedAt
 		}
-		took = end.Sub(*t.StartedAt)
+		took = max(0, end.Sub(*t.StartedAt))
+	}
+	round := 50 * time.Millisecond
+	if s.Latency > 0 {
+		round = max(10*time.Millisecond, time.Duration(s.Latency*float64(time.Millisecond)))
 	}
 	slow := t.State == task.Succeeded && l.TargetLatency > 0 && took > l.TargetLatency.Std()
+	if t.State == task.Succeeded {
+		ms := float64(took) / float64(time.Millisecond)
+		if s.Latency == 0 {
+			s.Latency = ms
+		} else {
+			s.Latency = 0.8*s.Latency + 0.2*ms
+		}
+	}
 	switch {
 	case t.State == task.Retrying || slow:
-		if now.Sub(s.Lowered) > max(took, 50*time.Millisecond) {
-			s.Limit = math.Max(float64(l.Floor()), s.Limit*adaptDecrease)
+		if now.Sub(s.Lowered) > round {
+			s.Limit *= adaptDecrease
 			s.Lowered = now
 		}
 	case t.State == task.Succeeded:
-		s.Limit = math.Min(float64(l.Concurrency), s.Limit+1/s.Limit)
+		s.Limit += 1 / s.Limit
 	}
 	s.Limit = math.Max(float64(l.Floor()), math.Min(float64(l.Concurrency), s.Limit))
 }
@@ -290,28 +472,44 @@ func (o *Orchestrator) wakeSlotWaiters(ctx context.Context, key string, n int) e
 		return fmt.Errorf("wake waiters of key %s: %w", key, err)
 	}
 	woken := 0
-	for prio := 0; prio <= task.MaxPriority && woken < n; prio++ {
-		for woken < n {
-			msg, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitKey(prio, key)))
+	for woken < n {
+		// The oldest waiter of any priority, then any of a higher
+		// priority before it: one request when nobody waits.
+		msg, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitAnyPriority(key)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("wake waiters of key %s: %w", key, err)
+		}
+		prio, _ := subject.SlotWaitPriority(msg.Subject)
+		for p := 0; p < prio; p++ {
+			first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitKey(p, key)))
 			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				break
+				continue
 			}
 			if err != nil {
 				return fmt.Errorf("wake waiters of key %s: %w", key, err)
 			}
-			if _, id, ok := subject.ParseSlotWait(msg.Subject); ok {
-				waited, err := o.wakeSlotWaiter(ctx, id)
-				if err != nil {
-					return err
-				}
-				if waited {
-					woken++
-				}
+			msg = first
+			break
+		}
+		// The marker goes first: deleting it is the wake-up's claim (of
+		// two orchestrators waking the key, one deletes it), and a task
+		// that waits again (another took the slot) stores a new one.
+		if err := st.DeleteMsg(ctx, msg.Sequence); err != nil {
+			if msgGone(err) {
+				continue
 			}
-			// Gone with its wake-up; a task that waits again (another
-			// took the slot) has stored a new marker.
-			if err := st.DeleteMsg(ctx, msg.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return fmt.Errorf("wake waiters of key %s: %w", key, err)
+			return fmt.Errorf("wake waiters of key %s: %w", key, err)
+		}
+		if _, id, ok := subject.ParseSlotWait(msg.Subject); ok {
+			waited, err := o.wakeSlotWaiter(ctx, id)
+			if err != nil {
+				return err // its watch looks again
+			}
+			if waited {
+				woken++
 			}
 		}
 	}
@@ -394,8 +592,9 @@ func (o *Orchestrator) admitKey(ctx context.Context, t task.Task, rev uint64) (h
 // so whoever finds the marker finds the task waiting.
 func (o *Orchestrator) waitForSlot(ctx context.Context, t task.Task, rev uint64, l task.KeyLimit, inUse, limit int) (bool, task.Task, uint64, error) {
 	why := fmt.Sprintf("%s%s reached (%d of %d dispatched or running): dispatched when a slot frees", slotHeldPrefix, t.ConcurrencyKey, inUse, limit)
-	o.metrics.DispatchHeld()
-	if !sameHold(t.Reason, why) {
+	again := sameHold(t.Reason, why)
+	if !again {
+		o.metrics.DispatchHeld()
 		next := t
 		newRev, err := o.write(ctx, t, rev, &next, why)
 		if errors.Is(err, store.ErrConflict) {
@@ -406,15 +605,39 @@ func (o *Orchestrator) waitForSlot(ctx context.Context, t task.Task, rev uint64,
 		}
 		t, rev = next, newRev
 	}
-	data, _ := json.Marshal(heldMarker{ID: t.ID})
-	if _, err := o.js.Publish(ctx, subject.SlotWait(t.PriorityLevel(), t.ConcurrencyKey, t.ID), data); err != nil {
-		return true, t, rev, fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+	if err := o.markSlotWait(ctx, t, again); err != nil {
+		return true, t, rev, err
 	}
 	got, _, _, err := o.takeSlot(ctx, t, l)
 	if err != nil || got {
 		return !got, t, rev, err
 	}
 	return true, t, rev, o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.now().Add(o.cfg.ReconcileInterval)})
+}
+
+// markSlotWait stores t's marker for its key's next freed slot. A task
+// that waited already (its watch looking again) keeps its marker, and so
+// its place, when the marker is still there.
+func (o *Orchestrator) markSlotWait(ctx context.Context, t task.Task, again bool) error {
+	subj := subject.SlotWait(t.PriorityLevel(), t.ConcurrencyKey, t.ID)
+	if again {
+		st, err := o.js.Stream(ctx, subject.StreamHeld)
+		if err != nil {
+			return fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+		}
+		_, err = st.GetLastMsgForSubject(ctx, subj)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+		}
+	}
+	data, _ := json.Marshal(heldMarker{ID: t.ID})
+	if _, err := o.js.Publish(ctx, subj, data); err != nil {
+		return fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+	}
+	return nil
 }
 
 // holdReady records why a ready task is not dispatched yet (unless its
@@ -487,11 +710,15 @@ func (o *Orchestrator) auditSlots(ctx context.Context) error {
 				return err
 			}
 		}
-		if len(s.Holders) == 0 {
-			// A key whose slots are all free may still have waiters (a
-			// raised limit, a wake-up lost): wake them.
-			if l, ok := o.limits.match(key, "concurrency"); ok {
-				if err := o.wakeSlotWaiters(ctx, key, min(slotLimit(l, s), 16)); err != nil {
+		// A key with free slots may still have waiters (a raised limit,
+		// a wake-up lost to a crash): wake them. (A key whose slots all
+		// freed has no record: its waiters' watches wake them.)
+		if l, ok := o.limits.match(key, "concurrency"); ok {
+			if s, _, err = o.readSlots(ctx, key); err != nil {
+				return err
+			}
+			if free := slotLimit(l, s) - len(s.Holders); free > 0 {
+				if err := o.wakeSlotWaiters(ctx, key, min(free, 16)); err != nil {
 					return err
 				}
 			}

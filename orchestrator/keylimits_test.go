@@ -56,7 +56,8 @@ func keyedSpec(id, typ, key string) task.Spec {
 	return s
 }
 
-// TestConcurrencyLimitPerKey: 50 executors, a limit of 5 per tenant: the
+// TestConcurrencyLimitPerKey: 50 executors, a limit of 5 per tenant, 1,000
+// tasks of one tenant and 100 of another: the
 // handlers of one tenant never run more than 5 at once, through executors
 // dying mid-run and the orchestrator restarting; every task finishes, the
 // waiting ones say why, and no slot is left taken.
@@ -97,7 +98,7 @@ func TestConcurrencyLimitPerKey(t *testing.T) {
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 4*time.Minute)
 	var specs []task.Spec
-	for i := range 300 {
+	for i := range 1000 {
 		specs = append(specs, keyedSpec(fmt.Sprint("a-", i), "work", "tenant.a"))
 		if i < 100 {
 			specs = append(specs, keyedSpec(fmt.Sprint("b-", i), "work", "tenant.b"))
@@ -106,7 +107,7 @@ func TestConcurrencyLimitPerKey(t *testing.T) {
 	if _, err := c.SubmitMany(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 2*time.Minute, "a third of the tasks ran", func() bool { return done.Load() >= 130 })
+	testenv.Eventually(t, 2*time.Minute, "a third of the tasks ran", func() bool { return done.Load() >= 360 })
 	// Executors die mid-run (their connections cut: no report, no
 	// heartbeat), and the orchestrator restarts.
 	for _, nc := range conns[:10] {
@@ -130,7 +131,7 @@ func TestConcurrencyLimitPerKey(t *testing.T) {
 	}
 	// Tenant a's tasks over the limit waited for a slot, visibly.
 	heldOnes := 0
-	for i := range 300 {
+	for i := range 1000 {
 		h, err := c.History(ctx, fmt.Sprint("a-", i))
 		if err != nil {
 			t.Fatal(err)
@@ -145,7 +146,7 @@ func TestConcurrencyLimitPerKey(t *testing.T) {
 	if heldOnes == 0 {
 		t.Error("no task of tenant a waited visibly for a slot")
 	}
-	t.Logf("%d of tenant a's 300 tasks waited for a slot", heldOnes)
+	t.Logf("%d of tenant a's 1,000 tasks waited for a slot", heldOnes)
 	// Every slot was given back.
 	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
 	kv, err := js.KeyValue(ctx, subject.BucketSlots)
@@ -278,7 +279,16 @@ func TestAdaptiveLimitFollowsTheDownstream(t *testing.T) {
 	}
 	for _, s := range specs {
 		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
-			t.Fatalf("%s: %+v %v", s.ID, got, err)
+			cur, _ := c.Get(context.Background(), s.ID)
+			var holders []string
+			if ls, err := c.Limits(context.Background()); err == nil {
+				for _, l := range ls {
+					for _, k := range l.Keys {
+						holders = append(holders, fmt.Sprintf("%s: %d in use of %d (%.1f)", k.Key, k.InUse, k.Limit, k.Adaptive))
+					}
+				}
+			}
+			t.Fatalf("%s: %v; now %s: %s; slots %v", s.ID, err, cur.State, cur.Reason, holders)
 		}
 	}
 	seen.mu.Lock()

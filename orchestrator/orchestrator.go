@@ -94,6 +94,10 @@ type Orchestrator struct {
 	fair    *fairQueue
 	// instance names this run of the orchestrator in its fairness markers.
 	instance string
+	// slotBatches combines this orchestrator's changes to one key's
+	// slots (keylimits.go).
+	slotBatches slotBatches
+	slotWakes   slotWakes
 	// slotKeys are the concurrency keys whose slots are exported.
 	slotKeysMu sync.Mutex
 	slotKeys   map[string]struct{}

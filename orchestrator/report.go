@@ -119,7 +119,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		}
 		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
-			if countsForBreaker(r.Status) {
+			if countsForBreaker(r.Status) && !o.adaptiveAbsorbs(t, r) {
 				o.recordOutcome(ctx, t.Type, r.Status == task.OutcomeSucceeded)
 			}
 			return o.tracedOutcome(ctx, t, next, newRev)

@@ -206,4 +206,8 @@ type Slots struct {
 	Limit float64 `json:"l,omitempty"`
 	// Lowered is when an adaptive limit was last lowered.
 	Lowered time.Time `json:"d,omitzero"`
+	// Latency is an adaptive limit's moving average of its successful
+	// attempts' durations, in milliseconds: the limit is lowered at most
+	// once per Latency (one round of attempts).
+	Latency float64 `json:"rt,omitempty"`
 }
