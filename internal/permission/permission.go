@@ -284,7 +284,7 @@ func orchestrator(objects []string) Permissions {
 		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll,
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
-		subject.SlotWaitAll, // tasks waiting for a concurrency slot (AX_HELD)
+		subject.SlotWaitAll,                         // tasks waiting for a concurrency slot (AX_HELD)
 		subject.FairQueuedAll, subject.FairOwnerAll, // tasks queued for fairness; asking their owner
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
 		kvAll(subject.BucketSlots), // concurrency slots per key
