@@ -280,9 +280,10 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 				}
 				op.ok, changed = true, true
 			case !op.take && held:
+				inUse := len(s.Holders)
 				delete(s.Holders, op.t.ID)
 				if op.limited && op.l.Adaptive {
-					o.adapt(&s, op.l, op.t)
+					o.adapt(&s, op.l, op.t, inUse)
 				} else {
 					s.Limit = 0
 				}
@@ -421,8 +422,11 @@ const adaptDecrease = 0.8
 // by adaptDecrease when it failed and will be retried, or succeeded slower
 // than the target, at most once per round of attempts (the moving average
 // of the successes' durations: the failures of one round lower it once);
-// up by 1/limit per other success, so one slot per round.
-func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task) {
+// up by 1/limit per other success, so one slot per round — while the key
+// uses at least half its limit (inUse, with t's slot): a limit nobody
+// reaches is not raised, or it would drift to the ceiling while the
+// downstream is never tested.
+func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task, inUse int) {
 	if s.Limit <= 0 {
 		s.Limit = float64(l.Concurrency)
 	}
@@ -454,7 +458,7 @@ func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task) {
 			s.Limit *= adaptDecrease
 			s.Lowered = now
 		}
-	case t.State == task.Succeeded:
+	case t.State == task.Succeeded && float64(inUse)*2 >= s.Limit:
 		s.Limit += 1 / s.Limit
 	}
 	s.Limit = math.Max(float64(l.Floor()), math.Min(float64(l.Concurrency), s.Limit))

@@ -44,6 +44,9 @@ type stackConfig struct {
 	log           zerolog.Logger
 	// register installs the executor's handlers.
 	register func(*executor.Executor)
+	// orch, when set, adjusts each orchestrator's configuration (key
+	// limits, fairness window…) before it is created.
+	orch func(*orchestrator.Config)
 }
 
 // startStack starts sc.orchestrators orchestrators and an executor.
@@ -62,11 +65,15 @@ func startStack(ctx context.Context, sc stackConfig) (*stack, error) {
 			return nil, err
 		}
 		c := newCounters()
-		o, err := orchestrator.New(onc, orchestrator.Config{
+		ocfg := orchestrator.Config{
 			NodeID: fmt.Sprintf("bench-orchestrator-%d", i+1), Logger: slogger, Topology: sc.topo,
 			// Metrics only for the counters; JetStream is sampled once, at start.
 			Metrics: c, SampleInterval: 24 * time.Hour,
-		})
+		}
+		if sc.orch != nil {
+			sc.orch(&ocfg)
+		}
+		o, err := orchestrator.New(onc, ocfg)
 		if err == nil {
 			st.orchs, st.counts = append(st.orchs, o), append(st.counts, c)
 			err = o.Start(ctx)
@@ -142,7 +149,12 @@ type counters struct {
 	batches     atomic.Uint64
 	mu          sync.Mutex
 	redelivered map[string]uint64
+	// fairQueued is the ready tasks last queued for fairness.
+	fairQueued atomic.Int64
 }
+
+// FairQueued keeps the tasks queued for fairness.
+func (c *counters) FairQueued(n int) { c.fairQueued.Store(int64(n)) }
 
 func newCounters() *counters { return &counters{redelivered: map[string]uint64{}} }
 

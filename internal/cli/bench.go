@@ -46,6 +46,7 @@ func benchCmd(g *globals) *cobra.Command {
 	var cfg bench.Config
 	var embedded bool
 	var dsn, cpuProfile, memProfile string
+	var scen scenarios
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure no-op tasks end to end (submit → ready → executor → completed → succeeded)",
@@ -55,7 +56,25 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
   throughput: --tasks no-op tasks submitted as fast as possible; tasks/s from
               the first submit to the last success;
   steady:     --rate tasks/s for --duration; latency percentiles of
-              submit→start (handler entered) and submit→succeeded (recorded).`,
+              submit→start (handler entered) and submit→succeeded (recorded).
+
+--fairness and --adaptive run scenarios instead of the phases, each mode
+on a fresh embedded server:
+  --fairness: tenant A submits --fairness-tasks tasks (fairness key A;
+              an executor of --fairness-capacity running handlers of
+              --fairness-handler-time, slower than the intake), then, once
+              they are taken in, tenant B 100 at the same priority
+              (fairness key B, in batches of --fairness-b-batch);
+              B's submit→start and A's throughput with fairness (the
+              default window) and without (window -1), side by side.
+  --adaptive: --adaptive-tasks tasks under the concurrency key
+              "downstream" (concurrency 64) call a simulated downstream
+              serving 20 calls at once, --adaptive-call-time each
+              (default 100ms: 200 calls/s, below what AX runs here), that
+              answers 429
+              (retry after 100ms) beyond; the adaptive limit's curve every
+              250ms and a summary, against the fixed limit of 64. The
+              circuit breaker and the retry budget are off in both runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -75,6 +94,9 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 			}
 			if memProfile != "" {
 				defer writeAllocProfile(memProfile)
+			}
+			if scen.fairness || scen.adaptive {
+				return g.runScenarios(cmd, cfg, scen)
 			}
 			res, err := bench.Run(cmd.Context(), cfg)
 			if done, err := g.benchJSON(res, err); done {
@@ -174,6 +196,15 @@ embedded NATS server (or --nats with --embedded=false) and measures two phases:
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
 	f.StringVar(&memProfile, "memprofile", "", "write an allocation profile of the whole bench process to this file when it ends (go tool pprof -sample_index=alloc_space)")
 	f.StringVar(&dsn, "mysql-dsn", "", "also run the MySQL audit mirror and report its rate and lag (default: env AX_MYSQL_DSN)")
+	f.BoolVar(&scen.fairness, "fairness", false, "run the fairness scenario (tenant A's backlog, then tenant B) with and without fairness, instead of the phases")
+	f.IntVar(&scen.fairnessTasks, "fairness-tasks", bench.DefaultFairnessATasks, "tenant A's tasks in the fairness scenario")
+	f.IntVar(&scen.fairnessBatch, "fairness-b-batch", bench.DefaultFairnessBBatch, "size of tenant B's submission batches (up to 32 go to the orchestrators directly; larger ones queue behind A's submissions not yet taken in)")
+	f.Float64Var(&scen.fairnessCapacity, "fairness-capacity", bench.DefaultFairnessCapacity, "executor capacity in the fairness scenario")
+	f.DurationVar(&scen.fairnessHandler, "fairness-handler-time", bench.DefaultFairnessHandlerTime, "time the fairness scenario's handler takes per task (negative: a no-op); with --fairness-capacity it makes the executor the bottleneck, so A's backlog waits as ready tasks")
+	f.BoolVar(&scen.adaptive, "adaptive", false, "run the adaptive concurrency scenario (a downstream answering 429 beyond 20 calls) with an adaptive and a fixed limit, instead of the phases")
+	f.IntVar(&scen.adaptiveTasks, "adaptive-tasks", bench.DefaultAdaptiveTasks, "tasks in the adaptive scenario")
+	f.DurationVar(&scen.adaptiveCall, "adaptive-call-time", bench.DefaultDownstreamCall, "how long one call to the adaptive scenario's downstream takes")
+	f.IntVar(&scen.adaptiveRows, "adaptive-rows", 60, "most rows of the adaptive limit's curve printed (neighbouring samples merged; 0: every sample; -o json has them all)")
 	cmd.AddCommand(benchShardsCmd(g))
 	cmd.AddCommand(benchProducerCmd(g))
 	return cmd
@@ -268,4 +299,139 @@ func writeAllocProfile(path string) {
 func traffic(t *bench.TrafficPer) string {
 	return fmt.Sprintf("%.1f messages in, %.1f out (%.0f and %.0f payload bytes); %.1f in all",
 		t.InMsgs, t.OutMsgs, t.InBytes, t.OutBytes, t.InMsgs+t.OutMsgs)
+}
+
+// scenarios are the bench command's --fairness and --adaptive choices.
+type scenarios struct {
+	fairness, adaptive           bool
+	fairnessTasks, adaptiveTasks int
+	adaptiveCall                 time.Duration
+	fairnessBatch                int
+	fairnessCapacity             float64
+	fairnessHandler              time.Duration
+	adaptiveRows                 int
+}
+
+// scenarioResult is what --fairness and --adaptive print with -o json.
+type scenarioResult struct {
+	Fairness *bench.FairnessResult `json:"fairness,omitempty"`
+	Adaptive *bench.AdaptiveResult `json:"adaptive,omitempty"`
+}
+
+// runScenarios runs and prints the scenarios chosen, on the bench's target.
+func (g *globals) runScenarios(cmd *cobra.Command, cfg bench.Config, scen scenarios) error {
+	ctx := cmd.Context()
+	var res scenarioResult
+	if scen.fairness {
+		r, err := bench.Fairness(ctx, bench.FairnessConfig{URL: cfg.URL, NATSOptions: cfg.NATSOptions,
+			ATasks: scen.fairnessTasks, BBatch: scen.fairnessBatch,
+			Capacity: scen.fairnessCapacity, HandlerTime: scen.fairnessHandler, Logger: cfg.Logger})
+		if err != nil {
+			return err
+		}
+		res.Fairness = &r
+	}
+	if scen.adaptive {
+		r, err := bench.Adaptive(ctx, bench.AdaptiveConfig{URL: cfg.URL, NATSOptions: cfg.NATSOptions,
+			Tasks: scen.adaptiveTasks, CallTime: scen.adaptiveCall, Logger: cfg.Logger})
+		if err != nil {
+			return err
+		}
+		res.Adaptive = &r
+	}
+	if g.jsonOutput() {
+		return g.printJSON(res)
+	}
+	if r := res.Fairness; r != nil {
+		if err := printFairness(g, r); err != nil {
+			return err
+		}
+	}
+	if r := res.Adaptive; r != nil {
+		if res.Fairness != nil {
+			fmt.Fprintln(g.stdout)
+		}
+		if err := printAdaptive(g, r, scen.adaptiveRows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printFairness(g *globals, r *bench.FairnessResult) error {
+	with, without := r.With, r.Without
+	handler := "no-op"
+	if with.HandlerTime > 0 {
+		handler = with.HandlerTime.String()
+	}
+	fmt.Fprintf(g.stdout, "fairness: tenant A submitted %d tasks (fairness_key A), then, once the orchestrator had taken them in, tenant B %d at the same priority (fairness_key B) in batches of %d; handler %s, executor capacity %.0f\n",
+		with.ATasks, with.BTasks, with.BBatch, handler, with.Capacity)
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\twith fairness (window %d)\twithout (window %d)\t\n", with.Window, without.Window)
+	row := func(name string, f func(bench.FairnessRun) string) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t\n", name, f(with), f(without))
+	}
+	row("A's tasks not yet done at B's submission", func(x bench.FairnessRun) string { return fmt.Sprint(x.ABacklog) })
+	row("  of which submissions not taken in (AX_SUBMIT)", func(x bench.FairnessRun) string { return fmt.Sprint(x.ASubmitQueued) })
+	row("  queued for fairness in the orchestrator", func(x bench.FairnessRun) string { return fmt.Sprint(x.AFairQueued) })
+	row("  dispatches not yet acknowledged (AX_READY)", func(x bench.FairnessRun) string { return fmt.Sprint(x.AReadyPending) })
+	row("B submit→start p50", func(x bench.FairnessRun) string { return ms(x.BSubmitToStart.P50) })
+	row("B submit→start p99", func(x bench.FairnessRun) string { return ms(x.BSubmitToStart.P99) })
+	row("B submit→start max", func(x bench.FairnessRun) string { return ms(x.BSubmitToStart.Max) })
+	row("B submitted → all of B succeeded", func(x bench.FairnessRun) string { return ms(x.BAllDone) })
+	row("A submit→start p50", func(x bench.FairnessRun) string { return ms(x.ASubmitToStart.P50) })
+	row("A's run (first submit → last success)", func(x bench.FairnessRun) string { return fmt.Sprintf("%.2fs", x.AElapsed.Seconds()) })
+	row("A's throughput", func(x bench.FairnessRun) string { return fmt.Sprintf("%.0f tasks/s", x.ATasksPerSec) })
+	row("tasks succeeded (A + B)", func(x bench.FairnessRun) string { return fmt.Sprintf("%d + %d", x.ASucceeded, x.BSucceeded) })
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "A's throughput cost of fairness: %.1f%%\n", r.ThroughputCost)
+	return nil
+}
+
+func printAdaptive(g *globals, r *bench.AdaptiveResult, rows int) error {
+	a, f := r.Adaptive, r.Fixed
+	fmt.Fprintf(g.stdout, "adaptive concurrency: %d tasks under key %s (concurrency %d); the downstream serves %d calls at once, %s each (ideal %.0f/s), and answers 429 (retry after %s) beyond; circuit breaker and retry budget off\n",
+		a.Tasks, bench.DownstreamKey, r.Concurrency, r.DownstreamCapacity, r.CallTime, r.Ideal, r.Backoff)
+	fmt.Fprintln(g.stdout, "\nthe adaptive limit's curve:")
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "t\tlimit\tin use\tdone/s\t429/s\t")
+	stride := 1
+	if rows > 0 && len(a.Samples) > rows {
+		stride = (len(a.Samples) + rows - 1) / rows
+	}
+	for i := 0; i < len(a.Samples); i += stride {
+		group := a.Samples[i:min(i+stride, len(a.Samples))]
+		// Rates averaged over the merged samples; limit and slots as at the
+		// group's last sample.
+		var done, rejected float64
+		for _, s := range group {
+			done += s.DonePerSec
+			rejected += s.RejectedPerSec
+		}
+		s := group[len(group)-1]
+		n := float64(len(group))
+		fmt.Fprintf(w, "%.2fs\t%.1f\t%d\t%.0f\t%.0f\t\n", s.T.Seconds(), s.Limit, s.InUse, done/n, rejected/n)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if stride > 1 {
+		fmt.Fprintf(g.stdout, "(%d samples, %d merged per row; -o json has every one)\n", len(a.Samples), stride)
+	}
+	fmt.Fprintln(g.stdout)
+	w = tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\tadaptive (≤ %d)\tfixed %d\t\n", r.Concurrency, r.Concurrency)
+	row := func(name string, fn func(bench.AdaptiveRun) string) {
+		fmt.Fprintf(w, "%s\t%s\t%s\t\n", name, fn(a), fn(f))
+	}
+	row("limit, median over the second half (busy samples)", func(x bench.AdaptiveRun) string { return fmt.Sprintf("%.1f", x.LimitMedian) })
+	row("throughput", func(x bench.AdaptiveRun) string { return fmt.Sprintf("%.0f tasks/s", x.TasksPerSec) })
+	row("of the downstream's capacity", func(x bench.AdaptiveRun) string { return fmt.Sprintf("%.0f%%", 100*x.TasksPerSec/r.Ideal) })
+	row("429s per task", func(x bench.AdaptiveRun) string { return fmt.Sprintf("%.2f (%d)", x.RejectedPerTask, x.Rejected) })
+	row("elapsed (first submit → last success)", func(x bench.AdaptiveRun) string { return fmt.Sprintf("%.2fs", x.Elapsed.Seconds()) })
+	row("most calls at the downstream at once", func(x bench.AdaptiveRun) string { return fmt.Sprint(x.DownstreamPeak) })
+	row("tasks succeeded", func(x bench.AdaptiveRun) string { return fmt.Sprintf("%d of %d", x.Succeeded, x.Tasks) })
+	return w.Flush()
 }
