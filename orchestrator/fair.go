@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -62,6 +63,7 @@ type fairQueue struct {
 	mu     sync.Mutex
 	levels map[string]*fairLevel
 	ids    map[string]*fairEntry
+	marks  map[string]*fairMarks // by fairness key
 	bytes  int64
 	closed bool
 	warned time.Time
@@ -101,7 +103,7 @@ type fairMarker struct {
 const fairSendWorkers = 32
 
 func newFairQueue(o *Orchestrator, window int) *fairQueue {
-	return &fairQueue{o: o, window: window, levels: map[string]*fairLevel{}, ids: map[string]*fairEntry{}}
+	return &fairQueue{o: o, window: window, levels: map[string]*fairLevel{}, ids: map[string]*fairEntry{}, marks: map[string]*fairMarks{}}
 }
 
 // queue decides whether t waits for its turn (true: queued here, its
@@ -112,11 +114,86 @@ func (q *fairQueue) queue(ctx context.Context, t task.Task, rev uint64) (bool, e
 		return false, nil
 	}
 	data, _ := json.Marshal(fairMarker{ID: t.ID, ExecutionID: t.ExecutionID, Owner: q.o.instance})
-	ack, err := q.o.js.Publish(ctx, subject.FairQueued(t.ID), data)
+	q.marking(t.FairnessKey, 1)
+	ack, err := q.o.js.Publish(ctx, subject.FairQueued(q.o.instance, t.FairnessKey, t.ID), data)
 	if err != nil {
+		q.marking(t.FairnessKey, -1)
 		return false, fmt.Errorf("queue %s for its fairness key's turn: %w", t.ID, err)
 	}
-	return q.add(t, rev, ack.Sequence), nil
+	added := q.add(t, rev, ack.Sequence)
+	q.marking(t.FairnessKey, -1)
+	return added, nil
+}
+
+// fairMarks tracks one fairness key's markers: the sequences of the tasks
+// queued (a heap, with the dispatched ones dropped lazily), the marker
+// publishes in flight, and whether dispatches since the last purge left
+// markers to remove. The markers below the oldest queued one are the
+// dispatched tasks': one purge removes them all.
+type fairMarks struct {
+	queued   seqHeap
+	gone     map[uint64]bool
+	inFlight int
+	dirty    bool
+	highest  uint64
+}
+
+// marking counts a marker publish of key starting (+1) or done (-1).
+func (q *fairQueue) marking(key string, d int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	m := q.marksOf(key)
+	m.inFlight += d
+	q.forgetMarks(key, m)
+}
+
+// marksOf returns key's markers; the caller holds q.mu.
+func (q *fairQueue) marksOf(key string) *fairMarks {
+	m := q.marks[key]
+	if m == nil {
+		m = &fairMarks{gone: map[uint64]bool{}}
+		q.marks[key] = m
+	}
+	return m
+}
+
+// forgetMarks drops a key's tracking once nothing is queued, in flight or
+// left to purge; the caller holds q.mu.
+func (q *fairQueue) forgetMarks(key string, m *fairMarks) {
+	if m.inFlight == 0 && len(m.queued) == 0 && !m.dirty {
+		delete(q.marks, key)
+	}
+}
+
+// purgeBelow returns the sequence below which key's markers are all
+// dispatched tasks' (0: none to purge now); the caller holds q.mu.
+func (m *fairMarks) purgeBelow() uint64 {
+	for len(m.queued) > 0 && m.gone[m.queued[0]] {
+		delete(m.gone, heap.Pop(&m.queued).(uint64))
+	}
+	switch {
+	case !m.dirty:
+		return 0
+	case len(m.queued) > 0:
+		return m.queued[0]
+	case m.inFlight > 0:
+		return 0 // a marker being stored would be purged: next time
+	}
+	return m.highest + 1
+}
+
+// seqHeap is a min-heap of marker sequences.
+type seqHeap []uint64
+
+func (h seqHeap) Len() int           { return len(h) }
+func (h seqHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h seqHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *seqHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *seqHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // wait decides whether t must wait for its turn; a task queued already is
@@ -155,7 +232,13 @@ func (q *fairQueue) add(t task.Task, rev, markerSeq uint64) bool {
 	level := subject.Ready(t.Capability, t.PriorityLevel())
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	m := q.marksOf(t.FairnessKey)
+	m.highest = max(m.highest, markerSeq)
 	if e, ok := q.ids[t.ID]; ok {
+		if e.markerSeq != markerSeq {
+			m.gone[e.markerSeq] = true // replaced: MaxMsgsPerSubject 1 removed it
+			heap.Push(&m.queued, markerSeq)
+		}
 		e.t, e.rev, e.markerSeq = t, rev, markerSeq
 		return true
 	}
@@ -164,8 +247,11 @@ func (q *fairQueue) add(t task.Task, rev, markerSeq uint64) bool {
 		if lv != nil {
 			lv.sent++
 		}
+		m.dirty = true // its marker is left: the next purge removes it
 		return false
 	}
+	delete(m.gone, markerSeq)
+	heap.Push(&m.queued, markerSeq)
 	e := &fairEntry{t: t, rev: rev, size: int64(len(t.Payload)) + fairEntryOverhead, markerSeq: markerSeq}
 	q.ids[t.ID] = e
 	q.bytes += e.size
@@ -222,6 +308,8 @@ func (q *fairQueue) pop(lv *fairLevel) *fairEntry {
 	}
 	delete(q.ids, e.t.ID)
 	q.bytes -= e.size
+	m := q.marksOf(e.t.FairnessKey)
+	m.gone[e.markerSeq], m.dirty = true, true
 	return e
 }
 
@@ -301,13 +389,10 @@ func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
 	q.send(ctx, out)
 }
 
-// send dispatches popped tasks, fairSendWorkers at a time, and deletes
-// their markers; one whose dispatch fails goes back to its queue.
+// send dispatches popped tasks, fairSendWorkers at a time; one whose
+// dispatch fails goes back to its queue. Then it purges the markers the
+// dispatched tasks left, one purge per key.
 func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
-	held, err := q.o.js.Stream(ctx, subject.StreamHeld)
-	if err != nil {
-		held = nil // the markers stay; the sweep finds them stale
-	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, fairSendWorkers)
 	for _, e := range out {
@@ -316,23 +401,47 @@ func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil {
-				if ctx.Err() == nil {
-					q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
-					if !q.add(e.t, e.rev, e.markerSeq) {
-						q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
-					}
-				}
-				return
-			}
-			if held != nil {
-				if err := held.DeleteMsg(ctx, e.markerSeq); err != nil && !msgGone(err) {
-					q.o.log.Debug("a fairness marker was not deleted; the sweep finds it stale", slog.String("task_id", e.t.ID), slog.Any("error", err))
+			if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil && ctx.Err() == nil {
+				q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
+				if !q.add(e.t, e.rev, e.markerSeq) {
+					q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	q.purgeMarkers(ctx)
+}
+
+// purgeMarkers removes, per fairness key, the markers of the tasks
+// dispatched: those below the oldest still queued. A marker left (a purge
+// failed, the orchestrator stopped) is found stale by the sweep's look.
+func (q *fairQueue) purgeMarkers(ctx context.Context) {
+	q.mu.Lock()
+	due := map[string]uint64{}
+	for key, m := range q.marks {
+		if below := m.purgeBelow(); below > 0 {
+			due[key] = below
+			m.dirty = false
+		}
+		q.forgetMarks(key, m)
+	}
+	q.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	held, err := q.o.js.Stream(ctx, subject.StreamHeld)
+	if err != nil {
+		return
+	}
+	for key, below := range due {
+		if err := held.Purge(ctx, jetstream.WithPurgeSubject(subject.FairQueuedKey(q.o.instance, key)), jetstream.WithPurgeSequence(below)); err != nil {
+			q.o.log.Debug("fairness markers not purged; the sweep finds them stale", slog.String("key", key), slog.Any("error", err))
+			q.mu.Lock()
+			q.marksOf(key).dirty = true
+			q.mu.Unlock()
+		}
+	}
 }
 
 // serveOwner answers, until ctx ends, whether this orchestrator still
@@ -367,7 +476,7 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task) (taken boo
 	if err != nil {
 		return false, fmt.Errorf("look at %s's fairness marker: %w", t.ID, err)
 	}
-	msg, err := held.GetLastMsgForSubject(ctx, subject.FairQueued(t.ID))
+	msg, err := held.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.FairQueuedTask(t.FairnessKey, t.ID)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil // dispatched (or never queued)
 	}

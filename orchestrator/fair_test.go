@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -19,7 +22,7 @@ import (
 // when b's last one started.
 func fairRun(t *testing.T, window int, weights ...task.KeyLimit) int {
 	t.Helper()
-	_, ex, c := testenv.Stack(t, orchestrator.Config{Retry: fastRetry, FairWindow: window, KeyLimits: weights},
+	srv, ex, c := testenv.Stack(t, orchestrator.Config{Retry: fastRetry, FairWindow: window, KeyLimits: weights},
 		executor.Config{Capacity: 1})
 	var mu sync.Mutex
 	started := map[string]int{}
@@ -64,6 +67,16 @@ func fairRun(t *testing.T, window int, weights ...task.KeyLimit) int {
 			t.Fatalf("%s: %+v %v", s.ID, got, err)
 		}
 	}
+	// The queued tasks' markers went with their dispatches.
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	testenv.Eventually(t, 30*time.Second, "no fairness marker left", func() bool {
+		st, err := js.Stream(ctx, subject.StreamHeld)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.FairQueuedAll))
+		return err == nil && len(info.State.Subjects) == 0
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	return aWhenBDone

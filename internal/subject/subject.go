@@ -455,10 +455,20 @@ func ParseSlotWait(subj string) (key, id string, ok bool) {
 
 const slotWaitPrefix = "ax.slotwait."
 
-// FairQueued marks a ready task queued in an orchestrator for its fairness
-// key's turn (kept in AX_HELD until the task is dispatched), naming the
-// orchestrator: ax.fairq.<id>.
-func FairQueued(id string) string { return fairQueuedPrefix + id }
+// FairQueued marks a ready task queued in an orchestrator (instance) for
+// its fairness key's turn, kept in AX_HELD until the task is dispatched:
+// ax.fairq.<instance>.<fairness key>.<id>.
+func FairQueued(instance, key, id string) string {
+	return fairQueuedPrefix + instance + "." + key + "." + id
+}
+
+// FairQueuedKey matches an orchestrator instance's FairQueued markers of
+// one fairness key.
+func FairQueuedKey(instance, key string) string { return fairQueuedPrefix + instance + "." + key + ".*" }
+
+// FairQueuedTask matches the FairQueued markers of one task, whichever
+// orchestrator queued it.
+func FairQueuedTask(key, id string) string { return fairQueuedPrefix + "*." + key + "." + id }
 
 const fairQueuedPrefix = "ax.fairq."
 
