@@ -111,11 +111,11 @@ func TestCluster(t *testing.T) {
 	// The second orchestrator starts once the first created the topology:
 	// two processes creating the same R3 stream at the same moment both get
 	// no reply from nats-server 2.15 (each waits out its timeout per stream).
-	r.startOrchestrator(0, cfg.orchFlags)
+	r.startOrchestrator(0, append(clusterOrchFlags(), cfg.orchFlags...))
 	js0 := r.jetStream()
 	r.waitTopology(js0, 90*time.Second)
 	r.logf("AX topology created with 3 replicas")
-	r.startOrchestrator(1, cfg.orchFlags)
+	r.startOrchestrator(1, append(clusterOrchFlags(), cfg.orchFlags...))
 	r.startMirror(dsn)
 	r.startWorkers(3)
 	ncs, clients := r.connect()
@@ -169,6 +169,7 @@ func TestCluster(t *testing.T) {
 		return err
 	})
 	f := checkClusterHistories(t, w, acked, all, dlq, settledAt)
+	peaks := checkKeyConcurrency(t, all, clusterKeyLimit)
 	checkMirror(t, r, db, all, 2*time.Minute)
 	r.counter.scrapeAll()
 
@@ -207,6 +208,7 @@ func TestCluster(t *testing.T) {
   stuck:          %s
   missing:        %d acknowledged submissions without a task
   violations:     %d history invariant violations
+  key limits:     most attempts of one tenant at once %v (limit %d)
   longest stall:  %s (not counting waits for unfinished upstreams or shards)
   raw stall:      %s (any unfinished task without an event)
   by state:       %s
@@ -219,7 +221,7 @@ func TestCluster(t *testing.T) {
 %s`,
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
-		stuckLine, len(f.missing), f.violations,
+		stuckLine, len(f.missing), f.violations, peaks, clusterKeyLimit,
 		f.longest, f.longestRaw, f.stallsByState(), f.top,
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
@@ -365,4 +367,60 @@ func (s *counterScraper) scrapeAll() {
 	for _, n := range names {
 		s.scrape(n)
 	}
+}
+
+// clusterKeyLimit is the cluster run's concurrency limit per tenant; its
+// fair window is small, so that its backlogs queue for their turn.
+const clusterKeyLimit = 24
+
+// clusterOrchFlags are the orchestrators' key limit and fairness flags in
+// the cluster run (restarts included: orchestrators keep their args).
+func clusterOrchFlags() []string {
+	return []string{"--key-limit", "tenant.*:concurrency=" + strconv.Itoa(clusterKeyLimit), "--fair-window", "64"}
+}
+
+// checkKeyConcurrency checks that no concurrency key ever had more than
+// limit attempts at once: each attempt that ended is an interval from its
+// start (the executor's) to the event that ended it (its slot is freed
+// after that write, and taken before its dispatch), so at any moment the
+// intervals open are at most the slots held. It returns the peak per key.
+func checkKeyConcurrency(t *testing.T, all map[string][]store.Revisioned, limit int) map[string]int {
+	t.Helper()
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	edges := map[string][]edge{}
+	for id, h := range all {
+		if !isClusterTask(id) {
+			continue
+		}
+		for _, r := range h {
+			ev := r.Event
+			key := ev.Task.ConcurrencyKey
+			if key == "" || ev.Kind != task.KindTransition || (ev.From != task.Ready && ev.From != task.Running) ||
+				ev.To == task.Ready || ev.To == task.Running || ev.Task.StartedAt == nil {
+				continue
+			}
+			edges[key] = append(edges[key], edge{*ev.Task.StartedAt, 1}, edge{ev.At, -1})
+		}
+	}
+	peaks := map[string]int{}
+	for key, es := range edges {
+		sort.Slice(es, func(i, j int) bool {
+			if es[i].at.Equal(es[j].at) {
+				return es[i].delta < es[j].delta
+			}
+			return es[i].at.Before(es[j].at)
+		})
+		n := 0
+		for _, e := range es {
+			n += e.delta
+			peaks[key] = max(peaks[key], n)
+		}
+		if peaks[key] > limit {
+			t.Errorf("key %s had %d attempts at once; its limit is %d", key, peaks[key], limit)
+		}
+	}
+	return peaks
 }

@@ -60,6 +60,10 @@ func (b *clusterBuilder) add(id, typ string, p demo.Params, deps ...string) task
 	s.ID = clusterPrefix + "-" + id
 	s.DependsOn = deps
 	s.Priority = new(b.rng.IntN(task.Levels))
+	// Four tenants share the cluster fairly, each limited to
+	// clusterKeyLimit tasks at once (clusterOrchFlags).
+	tenant := "tenant." + strconv.Itoa(b.rng.IntN(4))
+	s.FairnessKey, s.ConcurrencyKey = tenant, tenant
 	if typ == demo.TypeFail {
 		s.MaxRetries = new(1)
 	}
