@@ -396,7 +396,11 @@ func (o *Orchestrator) wakeSlotWaiters(ctx context.Context, key string, n int) e
 		if _, id, ok := subject.ParseSlotWait(msg.Subject); ok {
 			waited, err := o.wakeSlotWaiter(ctx, id)
 			if err != nil {
-				return err // its watch looks again
+				// Its marker is gone: have its watch look again soon
+				// (a second, not the next ReconcileInterval), which
+				// dispatches it.
+				_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now().Add(time.Second)})
+				return err
 			}
 			if waited {
 				woken++
