@@ -151,16 +151,16 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 				return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: due})
 			}
 		} else if age := now.Sub(*readyAt(t)); age < o.cfg.RunGrace {
-			if age < o.dispatchDedupWindow()/2 && (t.FairnessKey == "" || o.fair == nil) {
+			if age < o.dispatchDedupWindow()/2 {
 				// Its dispatch may still be on its way — or this is the
 				// redelivery of a handler that made it ready and failed to
 				// dispatch it (a chaos run left one ready for 8 minutes on
 				// that): ensure the dispatch. Within the stream's
 				// de-duplication window a copy already stored is not
-				// stored twice (its message id is the execution id). Not
-				// a task with a fairness key: another orchestrator may
-				// hold it queued (fair.go) and dispatch it later, beyond
-				// the window.
+				// stored twice (its message id is the execution id). A
+				// task with a fairness key gets here only when no
+				// orchestrator holds it queued (fairTakeOver, above),
+				// which would dispatch it later, beyond the window.
 				return o.ensureEffects(ctx, t, rev)
 			}
 			return o.armWatch(ctx, t)
