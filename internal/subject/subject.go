@@ -464,7 +464,9 @@ func FairQueued(instance, key, id string) string {
 
 // FairQueuedKey matches an orchestrator instance's FairQueued markers of
 // one fairness key.
-func FairQueuedKey(instance, key string) string { return fairQueuedPrefix + instance + "." + key + ".*" }
+func FairQueuedKey(instance, key string) string {
+	return fairQueuedPrefix + instance + "." + key + ".*"
+}
 
 // FairQueuedTask matches the FairQueued markers of one task, whichever
 // orchestrator queued it.
