@@ -188,6 +188,7 @@ func moreSpecific(a, b string) bool {
 // limits of the orchestrators' configuration, as the last orchestrator to
 // start had them (give every orchestrator the same list).
 type ConfiguredLimits struct {
+	// Limits are orchestrator.Config.KeyLimits.
 	Limits []KeyLimit `json:"limits"`
 	// By is the orchestrator that wrote them, At when.
 	By string    `json:"by"`

@@ -84,6 +84,8 @@ func TestEveryHookFeedsItsSeries(t *testing.T) {
 	m.ReconcilerRepaired("ready_not_dispatched")
 	m.OldestUnfinished(task.Running, 90*time.Second)
 	m.BreakersInMemory(3)
+	m.FairQueued(40)
+	m.KeySlots("customer.42", 4, 5)
 	m.Sampled(orchestrator.Sample{At: time.Unix(1700000000, 0),
 		Backlogs: []orchestrator.Backlog{{Capability: "gpu", Priority: 0, Pending: 7, Oldest: 4 * time.Second}, {Capability: "gpu", Priority: 2}},
 		InHand:   map[string]int{"gpu": 2}, ConsumerPending: map[string]uint64{"ax-orchestrator-submit": 5},
@@ -122,6 +124,9 @@ func TestEveryHookFeedsItsSeries(t *testing.T) {
 		"ax_reconciler_repairs_total{reason=ready_not_dispatched}":      1,
 		"ax_reconciler_oldest_unfinished_seconds{state=running}":        90,
 		"ax_orchestrator_breakers{}":                                    3,
+		"ax_fair_queued_tasks{}":                                        40,
+		"ax_key_slots_in_use{key=customer.42}":                          4,
+		"ax_key_concurrency_limit{key=customer.42}":                     5,
 		"ax_backlog_tasks{capability=gpu,priority=0}":                   7,
 		"ax_backlog_tasks{capability=gpu,priority=2}":                   0,
 		"ax_backlog_oldest_seconds{capability=gpu,priority=0}":          4,
