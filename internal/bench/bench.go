@@ -539,14 +539,7 @@ func watch(ctx context.Context, nc *nats.Conn, rec *atomicRecorder) error {
 		if !bytes.Contains(msg.Data(), succeeded) {
 			return // decode only what is measured
 		}
-		var ev struct {
-			To   task.State `json:"to"`
-			At   time.Time  `json:"at"`
-			Task struct {
-				ID      string          `json:"id"`
-				Payload json.RawMessage `json:"payload"`
-			} `json:"task"`
-		}
+		var ev eventHead
 		if json.Unmarshal(msg.Data(), &ev) != nil || ev.To != task.Succeeded {
 			return
 		}

@@ -55,14 +55,7 @@ func watchOutcomes(ctx context.Context, nc *nats.Conn, fn func(outcome)) (stop f
 		if !terminal {
 			return
 		}
-		var ev struct {
-			To   task.State `json:"to"`
-			At   time.Time  `json:"at"`
-			Task struct {
-				ID      string          `json:"id"`
-				Payload json.RawMessage `json:"payload"`
-			} `json:"task"`
-		}
+		var ev eventHead
 		if json.Unmarshal(data, &ev) != nil || !ev.To.Terminal() {
 			return
 		}
@@ -94,4 +87,15 @@ func median(v []float64) float64 {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// eventHead is what the bench decodes of a task event: its target state,
+// time, and the task's id and payload.
+type eventHead struct {
+	To   task.State `json:"to"`
+	At   time.Time  `json:"at"`
+	Task struct {
+		ID      string          `json:"id"`
+		Payload json.RawMessage `json:"payload"`
+	} `json:"task"`
 }
