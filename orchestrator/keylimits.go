@@ -30,7 +30,8 @@ import (
 //     the slots of tasks that ended without freeing them. A task finding
 //     no slot stays ready with a reason ("held: concurrency …"), a marker
 //     on ax.slotwait.p<priority>.<key>.<id> in AX_HELD and a watch; an
-//     attempt ending wakes the first waiters, p0 first.
+//     attempt ending hands its slot to the first waiter, p0 first, then
+//     the oldest (slots.go), and tasks arriving later wait behind.
 //   - Rate: a dispatch takes a start in its key's window of Per (the
 //     retry budget's windows, on AX_RETRY_WINDOWS); over the rate it
 //     waits, ready with a reason, for the window with room (its watch
@@ -207,39 +208,43 @@ func (o *Orchestrator) waitForSlot(ctx context.Context, t task.Task, rev uint64,
 		}
 		t, rev = next, newRev
 	}
-	if err := o.markSlotWait(ctx, t, again); err != nil {
+	seq, err := o.markSlotWait(ctx, t, again)
+	if err != nil {
 		return true, t, rev, err
 	}
 	got, _, _, err := o.takeSlot(ctx, t, l)
 	if err != nil || got {
+		if got {
+			// Its marker is left over: no hand-over needs to find it.
+			if err := o.held.DeleteMsg(ctx, seq); err != nil && !msgGone(err) {
+				o.log.Debug("cannot delete a left-over slot marker; found stale later", slog.String("task", t.ID), slog.Any("error", err))
+			}
+		}
 		return !got, t, rev, err
 	}
 	return true, t, rev, o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.now().Add(o.cfg.ReconcileInterval)})
 }
 
-// markSlotWait stores t's marker for its key's next freed slot. A task
-// that waited already (its watch looking again) keeps its marker, and so
-// its place, when the marker is still there.
-func (o *Orchestrator) markSlotWait(ctx context.Context, t task.Task, again bool) error {
+// markSlotWait stores t's marker for its key's next freed slot and returns
+// its sequence. A task that waited already (its watch looking again)
+// keeps its marker, and so its place, when the marker is still there.
+func (o *Orchestrator) markSlotWait(ctx context.Context, t task.Task, again bool) (uint64, error) {
 	subj := subject.SlotWait(t.PriorityLevel(), t.ConcurrencyKey, t.ID)
 	if again {
-		st, err := o.js.Stream(ctx, subject.StreamHeld)
-		if err != nil {
-			return fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
-		}
-		_, err = st.GetLastMsgForSubject(ctx, subj)
+		m, err := o.held.GetLastMsgForSubject(ctx, subj)
 		if err == nil {
-			return nil
+			return m.Sequence, nil
 		}
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+			return 0, fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
 		}
 	}
 	data, _ := json.Marshal(heldMarker{ID: t.ID})
-	if _, err := o.js.Publish(ctx, subj, data); err != nil {
-		return fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
+	ack, err := o.js.Publish(ctx, subj, data)
+	if err != nil {
+		return 0, fmt.Errorf("wait for a slot of key %s: %w", t.ConcurrencyKey, err)
 	}
-	return nil
+	return ack.Sequence, nil
 }
 
 // holdReady records why a ready task is not dispatched yet (unless its
@@ -329,18 +334,15 @@ func (o *Orchestrator) deleteLimit(ctx context.Context, id string, req task.Comm
 	return nil
 }
 
-// wakeAfterLimitChange wakes, in the background, the waiters of the keys
-// a changed limit matches: a raised or removed limit frees slots.
+// wakeAfterLimitChange settles, in the background, the slots of the keys
+// a changed limit matches: a raised limit hands more slots over, a removed
+// one lets the waiters go.
 func (o *Orchestrator) wakeAfterLimitChange(pattern string) {
 	o.bg.Add(1)
 	go func() {
 		defer o.bg.Done()
 		ctx := o.runCtx
-		st, err := o.js.Stream(ctx, subject.StreamHeld)
-		if err != nil {
-			return
-		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.SlotWaitAll))
+		info, err := o.held.Info(ctx, jetstream.WithSubjectFilter(subject.SlotWaitAll))
 		if err != nil {
 			o.log.Warn("cannot list the tasks waiting for slots after a limit change; the slot pass wakes them", slog.Any("error", err))
 			return
@@ -352,17 +354,7 @@ func (o *Orchestrator) wakeAfterLimitChange(pattern string) {
 			}
 		}
 		for key := range keys {
-			n := 16
-			if l, ok := o.limits.match(key, "concurrency"); ok {
-				s, _, err := o.readSlots(ctx, key)
-				if err != nil {
-					continue
-				}
-				n = min(n, slotLimit(l, s)-len(s.Holders))
-			}
-			if err := o.wakeSlotWaiters(ctx, key, n); err != nil {
-				o.log.Warn("waking the tasks waiting for slots after a limit change stopped early", slog.Any("error", err), slog.String("key", key))
-			}
+			o.wakeLater(key, nil, true)
 		}
 	}()
 }

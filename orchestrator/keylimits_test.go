@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,5 +301,107 @@ func TestAdaptiveLimitFollowsTheDownstream(t *testing.T) {
 	t.Logf("lowest adaptive limit %.1f; %d calls refused by the downstream for 200 tasks", lowest, refused.Load())
 	if math.IsNaN(lowest) {
 		t.Fatal("NaN limit")
+	}
+}
+
+// TestSlotWaitersStartInOrder: under a limit of 1, the tasks waiting for
+// the slot get it in priority order, then in the order they began to
+// wait, and tasks arriving while they wait — a stream of them, one every
+// few milliseconds, the slot freeing all the while — never overtake them.
+func TestSlotWaitersStartInOrder(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	// A minute between watches: the order comes from the hand-over, not
+	// from the waiters' watches looking again.
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{ReconcileInterval: time.Minute,
+		KeyLimits: []task.KeyLimit{{Key: "k", Concurrency: 1}}})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var started []string
+	ex, err := executor.New(testenv.Conn(t, srv.URL()), executor.Config{Capacity: 4, Logger: testenv.SlogLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
+		mu.Lock()
+		started = append(started, j.ID)
+		mu.Unlock()
+		if j.ID == "first" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = ex.Stop(ctx)
+	})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	submit := func(id string, prio int) {
+		t.Helper()
+		s := keyedSpec(id, "work", "k")
+		s.Priority = &prio
+		if _, err := c.Submit(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waits := func(id string) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, id+" waits for the slot", func() bool {
+			got, err := c.Get(ctx, id)
+			return err == nil && got.State == task.Ready && strings.HasPrefix(got.Reason, "held: concurrency limit of key k")
+		})
+	}
+	submit("first", 2)
+	testenv.Eventually(t, time.Minute, "first started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(started) == 1
+	})
+	want := []string{"first", "urgent"}
+	for i := range 5 {
+		id := fmt.Sprint("w", i)
+		submit(id, 2)
+		waits(id)
+		want = append(want, id)
+	}
+	submit("urgent", 0)
+	waits("urgent")
+	// Newcomers keep arriving while the waiters take their turns.
+	var newcomers []string
+	arrived := make(chan struct{})
+	go func() {
+		defer close(arrived)
+		for i := range 30 {
+			id := fmt.Sprint("n", i)
+			newcomers = append(newcomers, id)
+			s := keyedSpec(id, "work", "k")
+			if _, err := c.Submit(ctx, s); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	close(release)
+	<-arrived
+	for _, id := range append(want, newcomers...) {
+		if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v", id, got, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(started) != len(want)+len(newcomers) {
+		t.Fatalf("%d starts, want %d (one each): %v", len(started), len(want)+len(newcomers), started)
+	}
+	if got := started[:len(want)]; !slices.Equal(got, want) {
+		t.Errorf("started %v first, want %v: the waiters by priority, then in the order they waited, before any newcomer", got, want)
 	}
 }

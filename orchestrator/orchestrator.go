@@ -66,6 +66,8 @@ type Orchestrator struct {
 	// ready and leases are AX_READY and AX_LEASES, which the reconciler
 	// reads to tell a lost task from a queued or running one.
 	ready, leases jetstream.Stream
+	// held is AX_HELD: the markers of tasks waiting for a slot.
+	held jetstream.Stream
 	// sweeps batches the reconciler's looks at dispatched tasks.
 	sweeps *sweepBatcher
 	// levels remembers ready levels recently found holding dispatches.
@@ -379,6 +381,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
+	}
+	if o.held, err = o.js.Stream(ctx, subject.StreamHeld); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.StreamHeld, err)
 	}
 	if err := o.bindRetrySlots(ctx); err != nil {
 		return err

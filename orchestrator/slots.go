@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,20 +85,36 @@ func casConflict(err error) bool {
 // round trip, not per change, and this orchestrator's changes do not lose
 // compare-and-sets to each other (another orchestrator's still may; they
 // are redone on the fresh record).
+//
+// A freed slot is handed over: the compare-and-set that frees it gives it
+// to the first task waiting for one (the highest priority, then the
+// oldest: the markers on ax.slotwait), which is then dispatched holding
+// it. A task arriving later finds every slot held, and waits behind: no
+// waiter is overtaken by newer tasks, however busy the key.
+
+// slotKind is what a slotOp does.
+type slotKind int
+
+const (
+	opTake   slotKind = iota // take a slot for t
+	opFree                   // give t's slot back (its attempt ended)
+	opRevoke                 // give back a slot handed to t, which no longer waits (no adaptation)
+	opSettle                 // hand the free slots over to the waiters
+)
 
 // slotOp is one change to a key's slots and, once done is closed, its
 // result.
 type slotOp struct {
-	take    bool // take a slot for t; else give t's back
+	kind    slotKind
+	key     string
 	t       task.Task
 	l       task.KeyLimit
 	limited bool // l is in force (a free with no limit clears an adaptive value)
 
-	ok          bool // take: t holds a slot; free: t held one, given back
-	inUse, free int  // after the change: slots in use; free slots for waiters (the first free of a batch only)
-	limit       int  // the slots allowed
-	err         error
-	done        chan struct{}
+	ok           bool // take: t holds a slot; free: t held one, given back
+	inUse, limit int  // after the change: slots in use, slots allowed
+	err          error
+	done         chan struct{}
 }
 
 // slotBatches queues the changes waiting per key.
@@ -111,7 +128,7 @@ type slotBatches struct {
 // first caller of a key writes for everyone queued behind it until none
 // waits.
 func (o *Orchestrator) changeSlots(ctx context.Context, op *slotOp) {
-	key := op.t.ConcurrencyKey
+	key := op.key
 	op.done = make(chan struct{})
 	b := &o.slotBatches
 	b.mu.Lock()
@@ -148,46 +165,99 @@ func (o *Orchestrator) changeSlots(ctx context.Context, op *slotOp) {
 	}
 }
 
+// maxHandOver bounds the waiters one compare-and-set hands slots to (more
+// free slots: the next pass, in the background, hands the rest).
+const maxHandOver = 16
+
 // writeSlotOps applies ops to key's record in one compare-and-set, redone
-// on the fresh record after a conflict.
+// on the fresh record after a conflict: the frees first, then the
+// hand-over of the free slots to the waiters, then the takes — a slot
+// freed goes to the tasks that waited for one before any taking one now.
 func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slotOp) {
 	fail := func(err error) {
 		for _, op := range ops {
 			op.err = err
 		}
 	}
+	var l task.KeyLimit
+	limited, handOver := false, false
+	for _, op := range ops {
+		if op.limited {
+			l, limited = op.l, true
+		}
+		handOver = handOver || op.kind == opFree || op.kind == opRevoke || op.kind == opSettle
+	}
+	handOver = handOver && limited
+	var waiters []slotWaiter
+	asked, read, readFailed := 0, false, false
 	for range maxCASRetries {
 		s, rev, err := o.readSlots(ctx, key)
 		if err != nil {
 			fail(err)
 			return
 		}
+		if s.Holders == nil {
+			s.Holders = map[string]time.Time{}
+		}
 		changed := false
 		for _, op := range ops {
+			if op.kind != opFree && op.kind != opRevoke {
+				continue
+			}
 			_, held := s.Holders[op.t.ID]
-			op.ok, op.free = false, 0
+			op.ok = held
+			if !held {
+				continue
+			}
+			inUse := len(s.Holders)
+			delete(s.Holders, op.t.ID)
 			switch {
-			case op.take && held:
-				op.ok = true
-			case op.take && len(s.Holders) < slotLimit(op.l, s):
-				if s.Holders == nil {
-					s.Holders = map[string]time.Time{}
+			case op.kind == opRevoke:
+			case op.limited && op.l.Adaptive:
+				o.adapt(&s, op.l, op.t, inUse)
+			default:
+				s.Limit = 0
+			}
+			changed = true
+		}
+		var handed []slotWaiter
+		room := 0
+		if handOver {
+			room = slotLimit(l, s) - len(s.Holders)
+			if room > 0 && !read {
+				asked, read = min(room, maxHandOver), true
+				if waiters, err = o.slotWaiters(ctx, key, asked); err != nil {
+					readFailed = true
+					o.log.Warn("cannot read the tasks waiting for a slot; the next pass hands the slot over", slog.String("key", key), slog.Any("error", err))
+					waiters = nil
 				}
+			}
+			for i := range waiters {
+				w := &waiters[i]
+				_, w.stale = s.Holders[w.id]
+				if w.stale || room <= 0 {
+					continue
+				}
+				s.Holders[w.id] = o.now()
+				handed = append(handed, *w)
+				room--
+				changed = true
+			}
+		}
+		for _, op := range ops {
+			if op.kind != opTake {
+				continue
+			}
+			_, op.ok = s.Holders[op.t.ID]
+			if !op.ok && len(s.Holders) < slotLimit(op.l, s) {
 				s.Holders[op.t.ID] = o.now()
 				if op.l.Adaptive && s.Limit == 0 {
 					s.Limit = float64(op.l.Concurrency)
 				}
 				op.ok, changed = true, true
-			case !op.take && held:
-				inUse := len(s.Holders)
-				delete(s.Holders, op.t.ID)
-				if op.limited && op.l.Adaptive {
-					o.adapt(&s, op.l, op.t, inUse)
-				} else {
-					s.Limit = 0
-				}
-				op.ok, changed = true, true
 			}
+		}
+		for _, op := range ops {
 			op.inUse, op.limit = len(s.Holders), slotLimit(op.l, s)
 		}
 		if changed {
@@ -200,28 +270,84 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 				return
 			}
 		}
-		first := true
-		for _, op := range ops {
-			if !op.take && op.ok && first {
-				op.free, first = 1, false
-				if op.limited {
-					op.free = slotLimit(op.l, s) - len(s.Holders)
-				}
-			}
-			if op.limited {
-				o.noteSlots(key, s, op.l)
-			}
+		if limited {
+			o.noteSlots(key, s, l)
 		}
+		// More may wait than were read, or the read failed: another pass.
+		again := handOver && room > 0 && (len(waiters) == asked || readFailed)
+		o.handedOver(ctx, key, waiters, handed, again)
 		return
 	}
 	fail(fmt.Errorf("change the slots of key %s: too many concurrent changes", key))
 }
 
+// slotWaiter is a task waiting for a slot, by its marker.
+type slotWaiter struct {
+	id    string
+	seq   uint64 // its marker's
+	stale bool   // it holds a slot already: the marker is left over
+}
+
+// slotWaiters reads up to n tasks waiting for a slot of key, in the order
+// they get one: the highest priority first, then the oldest. Every level's
+// waiters are no older than the oldest of all, so each level is read from
+// there: one request when nobody waits, else one per level and waiter.
+func (o *Orchestrator) slotWaiters(ctx context.Context, key string, n int) ([]slotWaiter, error) {
+	first, err := o.held.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitAnyPriority(key)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the waiters of key %s: %w", key, err)
+	}
+	var out []slotWaiter
+	for p := 0; p <= task.MaxPriority && len(out) < n; p++ {
+		seq := first.Sequence
+		for len(out) < n {
+			m, err := o.held.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.SlotWaitKey(p, key)))
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				break
+			}
+			if err != nil {
+				return out, fmt.Errorf("read the waiters of key %s: %w", key, err)
+			}
+			if _, id, ok := subject.ParseSlotWait(m.Subject); ok {
+				out = append(out, slotWaiter{id: id, seq: m.Sequence})
+			}
+			seq = m.Sequence + 1
+		}
+	}
+	return out, nil
+}
+
+// handedOver finishes a hand-over once written: the markers of the
+// waiters handed a slot (and of those found holding one already) are
+// deleted, and the waiters handed one are dispatched in the background.
+// A crash before then leaves their markers (found stale later) and their
+// watches, which dispatch them.
+func (o *Orchestrator) handedOver(ctx context.Context, key string, waiters, handed []slotWaiter, again bool) {
+	for _, w := range waiters {
+		if !w.stale && !slices.ContainsFunc(handed, func(h slotWaiter) bool { return h.id == w.id }) {
+			continue
+		}
+		if err := o.held.DeleteMsg(ctx, w.seq); err != nil && !msgGone(err) {
+			o.log.Warn("cannot delete the marker of a task handed a slot; it is found stale later", slog.String("key", key), slog.String("task", w.id), slog.Any("error", err))
+		}
+	}
+	ids := make([]string, len(handed))
+	for i, h := range handed {
+		ids[i] = h.id
+	}
+	if len(ids) > 0 || again {
+		o.wakeLater(key, ids, again)
+	}
+}
+
 // takeSlot takes a slot of t's concurrency key for t under l, or finds the
-// one t holds. It returns whether t holds one, and the slots in use and
-// allowed when it does not.
+// one t holds (handed over, or taken before). It returns whether t holds
+// one, and the slots in use and allowed when it does not.
 func (o *Orchestrator) takeSlot(ctx context.Context, t task.Task, l task.KeyLimit) (ok bool, inUse, limit int, err error) {
-	op := &slotOp{take: true, t: t, l: l, limited: true}
+	op := &slotOp{kind: opTake, key: t.ConcurrencyKey, t: t, l: l, limited: true}
 	o.changeSlots(ctx, op)
 	if err := waitSlotOp(ctx, op); err != nil {
 		return false, 0, 0, err
@@ -240,37 +366,59 @@ func waitSlotOp(ctx context.Context, op *slotOp) error {
 }
 
 // freeSlot gives back the slot t holds (none held: nothing happens),
-// adapting the key's limit by t's outcome, and wakes as many of the key's
-// waiters as there are free slots after it. Idempotent: a second call
-// finds no slot.
+// adapting the key's limit by t's outcome, and hands it over to the first
+// waiter. Idempotent: a second call finds no slot.
 func (o *Orchestrator) freeSlot(ctx context.Context, t task.Task) error {
+	return o.giveBack(ctx, t, opFree)
+}
+
+// giveBack frees t's slot (kind opFree or opRevoke).
+func (o *Orchestrator) giveBack(ctx context.Context, t task.Task, kind slotKind) error {
 	l, limited := o.limits.match(t.ConcurrencyKey, "concurrency")
-	op := &slotOp{t: t, l: l, limited: limited}
+	op := &slotOp{kind: kind, key: t.ConcurrencyKey, t: t, l: l, limited: limited}
 	o.changeSlots(ctx, op)
 	if err := waitSlotOp(ctx, op); err != nil {
 		return err
 	}
-	if !op.limited && op.ok {
-		op.free = 16 // the limit went: let waiters go
-	}
-	if op.free > 0 {
-		o.wakeLater(t.ConcurrencyKey, op.free)
+	if !limited && op.ok {
+		o.wakeLater(t.ConcurrencyKey, nil, true) // the limit went: let the waiters go
 	}
 	return nil
 }
 
-// wakeLater wakes up to n waiters of key in the background, one goroutine
-// per key at a time (later wake-ups add to its count): the report that
-// freed the slot is applied without waiting for them, and a wake-up lost
-// to a crash or an error is made good by the waiters' watches.
-func (o *Orchestrator) wakeLater(key string, n int) {
+// settleSlots hands key's free slots over to its waiters (a limit raised,
+// a hand-over cut short), or, when the key has no limit any more, lets its
+// waiters go. It reports whether more may be left to do.
+func (o *Orchestrator) settleSlots(ctx context.Context, key string) (bool, error) {
+	l, limited := o.limits.match(key, "concurrency")
+	if !limited {
+		const n = 256
+		woken, err := o.wakeSlotWaiters(ctx, key, n)
+		return woken == n, err
+	}
+	op := &slotOp{kind: opSettle, key: key, l: l, limited: true}
+	o.changeSlots(ctx, op)
+	return false, waitSlotOp(ctx, op)
+}
+
+// wakeLater dispatches the tasks of key handed a slot (ids) and, with
+// settle, settles key's slots, in the background: one goroutine per key
+// at a time (later calls add to its work). The report that freed a slot
+// is applied without waiting, and a wake-up lost to a crash or an error is
+// made good by the waiters' watches.
+func (o *Orchestrator) wakeLater(key string, ids []string, settle bool) {
 	w := &o.slotWakes
 	w.mu.Lock()
 	if w.due == nil {
-		w.due = map[string]int{}
+		w.due = map[string]*slotWake{}
 	}
-	_, running := w.due[key]
-	w.due[key] = min(w.due[key]+n, 16)
+	due, running := w.due[key]
+	if !running {
+		due = &slotWake{}
+		w.due[key] = due
+	}
+	due.ids = append(due.ids, ids...)
+	due.settle = due.settle || settle
 	w.mu.Unlock()
 	if running {
 		return
@@ -278,27 +426,68 @@ func (o *Orchestrator) wakeLater(key string, n int) {
 	o.bg.Add(1)
 	go func() {
 		defer o.bg.Done()
+		ctx := o.runCtx
 		for {
 			w.mu.Lock()
-			n := w.due[key]
-			if n == 0 || o.runCtx.Err() != nil {
+			ids, settle := due.ids, due.settle
+			due.ids, due.settle = nil, false
+			if (len(ids) == 0 && !settle) || ctx.Err() != nil {
 				delete(w.due, key)
 				w.mu.Unlock()
 				return
 			}
-			w.due[key] = 0
 			w.mu.Unlock()
-			if err := o.wakeSlotWaiters(o.runCtx, key, n); err != nil && o.runCtx.Err() == nil {
-				o.log.Warn("waking tasks waiting for a slot failed; their watches look again", slog.String("key", key), slog.Any("error", err))
+			for _, id := range ids {
+				if err := o.wakeHanded(ctx, key, id); err != nil && ctx.Err() == nil {
+					// It holds its slot: its watch, a second ahead,
+					// dispatches it.
+					o.log.Warn("dispatching a task handed a slot failed; its watch does", slog.String("key", key), slog.String("task", id), slog.Any("error", err))
+					_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now().Add(time.Second)})
+				}
+			}
+			if settle {
+				more, err := o.settleSlots(ctx, key)
+				if err != nil && ctx.Err() == nil {
+					o.log.Warn("handing free slots to waiting tasks failed; their watches look again", slog.String("key", key), slog.Any("error", err))
+				}
+				if more {
+					w.mu.Lock()
+					due.settle = true
+					w.mu.Unlock()
+				}
 			}
 		}
 	}()
 }
 
-// slotWakes counts the wake-ups due per key while one runs.
+// slotWakes holds the wake-ups due per key while one runs.
 type slotWakes struct {
 	mu  sync.Mutex
-	due map[string]int
+	due map[string]*slotWake
+}
+
+// slotWake is the work due for a key: tasks handed a slot, and a settle.
+type slotWake struct {
+	ids    []string
+	settle bool
+}
+
+// wakeHanded dispatches a task handed a slot of key. A task that no longer
+// waits (it ended, was cancelled or is gone) gives the slot back, which
+// hands it to the next waiter; one running already keeps it.
+func (o *Orchestrator) wakeHanded(ctx context.Context, key, id string) error {
+	t, rev, err := o.store.Get(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return o.giveBack(ctx, task.Task{Spec: task.Spec{ID: id, ConcurrencyKey: key}}, opRevoke)
+	case err != nil:
+		return err
+	case t.State == task.Ready:
+		return o.dispatch(ctx, t, rev)
+	case t.State == task.Running:
+		return nil
+	}
+	return o.giveBack(ctx, t, opRevoke)
 }
 
 // adaptDecrease is the factor an adaptive limit is lowered by.
@@ -350,64 +539,36 @@ func (o *Orchestrator) adapt(s *task.Slots, l task.KeyLimit, t task.Task, inUse 
 	s.Limit = math.Max(float64(l.Floor()), math.Min(float64(l.Concurrency), s.Limit))
 }
 
-// wakeSlotWaiters dispatches up to n tasks waiting for a slot of key, the
-// highest priority first, oldest first. Each goes through dispatch again
-// (and waits again if another task took the slot meanwhile).
-func (o *Orchestrator) wakeSlotWaiters(ctx context.Context, key string, n int) error {
-	if n <= 0 {
-		return nil
-	}
-	st, err := o.js.Stream(ctx, subject.StreamHeld)
-	if err != nil {
-		return fmt.Errorf("wake waiters of key %s: %w", key, err)
-	}
+// wakeSlotWaiters dispatches up to n tasks waiting for a slot of key whose
+// limit went, the highest priority first, oldest first, and returns how
+// many it dispatched.
+func (o *Orchestrator) wakeSlotWaiters(ctx context.Context, key string, n int) (int, error) {
 	woken := 0
 	for woken < n {
-		// The oldest waiter of any priority, then any of a higher
-		// priority before it: one request when nobody waits.
-		msg, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitAnyPriority(key)))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("wake waiters of key %s: %w", key, err)
-		}
-		prio, _ := subject.SlotWaitPriority(msg.Subject)
-		for p := 0; p < prio; p++ {
-			first, err := st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitKey(p, key)))
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("wake waiters of key %s: %w", key, err)
-			}
-			msg = first
-			break
+		ws, err := o.slotWaiters(ctx, key, 1)
+		if err != nil || len(ws) == 0 {
+			return woken, err
 		}
 		// The marker goes first: deleting it is the wake-up's claim (of
-		// two orchestrators waking the key, one deletes it), and a task
-		// that waits again (another took the slot) stores a new one.
-		if err := st.DeleteMsg(ctx, msg.Sequence); err != nil {
+		// two orchestrators waking the key, one deletes it).
+		if err := o.held.DeleteMsg(ctx, ws[0].seq); err != nil {
 			if msgGone(err) {
 				continue
 			}
-			return fmt.Errorf("wake waiters of key %s: %w", key, err)
+			return woken, fmt.Errorf("wake waiters of key %s: %w", key, err)
 		}
-		if _, id, ok := subject.ParseSlotWait(msg.Subject); ok {
-			waited, err := o.wakeSlotWaiter(ctx, id)
-			if err != nil {
-				// Its marker is gone: have its watch look again soon
-				// (a second, not the next ReconcileInterval), which
-				// dispatches it.
-				_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now().Add(time.Second)})
-				return err
-			}
-			if waited {
-				woken++
-			}
+		waited, err := o.wakeSlotWaiter(ctx, ws[0].id)
+		if err != nil {
+			// Its marker is gone: have its watch look again soon
+			// (a second, not the next ReconcileInterval).
+			_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: ws[0].id, At: o.now().Add(time.Second)})
+			return woken, err
+		}
+		if waited {
+			woken++
 		}
 	}
-	return nil
+	return woken, nil
 }
 
 // wakeSlotWaiter dispatches a task that waited for a slot, if it still
@@ -467,14 +628,15 @@ func (o *Orchestrator) auditSlots(ctx context.Context) error {
 			}
 		}
 		// A key with free slots may still have waiters (a raised limit,
-		// a wake-up lost to a crash): wake them. (A key whose slots all
-		// freed has no record: its waiters' watches wake them.)
+		// a hand-over cut short by a crash): hand the slots over. (A key
+		// whose slots all freed has no record: its waiters' watches take
+		// them.)
 		if l, ok := o.limits.match(key, "concurrency"); ok {
 			if s, _, err = o.readSlots(ctx, key); err != nil {
 				return err
 			}
-			if free := slotLimit(l, s) - len(s.Holders); free > 0 {
-				if err := o.wakeSlotWaiters(ctx, key, min(free, 16)); err != nil {
+			if slotLimit(l, s) > len(s.Holders) {
+				if _, err := o.settleSlots(ctx, key); err != nil {
 					return err
 				}
 			}
