@@ -19,6 +19,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
@@ -734,5 +735,92 @@ func TestFreshReadyTaskDispatchedByItsWatch(t *testing.T) {
 	}
 	if got.ExecutionID != "fresh-ready-exec" {
 		t.Fatalf("ran under execution %s, want the one made ready (dispatched, not repaired)", got.ExecutionID)
+	}
+}
+
+// TestLostDispatchInBusyLevelIsRedispatched: a ready task whose dispatch
+// was lost, on a level that never empties (new tasks keep arriving faster
+// than they run), is dispatched again once the level's consumer delivered
+// past where its dispatch would be — not when the level is empty at last.
+func TestLostDispatchInBusyLevelIsRedispatched(t *testing.T) {
+	t.Parallel()
+	srv, reg, c := reconciling(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	victim := newSpec("victim", "slow")
+	victim.Capability = "busy"
+	if _, err := c.Submit(ctx, victim); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	testenv.Eventually(t, 20*time.Second, "ready", func() bool {
+		got, err := c.Get(ctx, "victim")
+		if err == nil {
+			first = got.ExecutionID
+		}
+		return err == nil && got.State == task.Ready
+	})
+	loseDispatch(t, ctx, c, "busy", victim.PriorityLevel())
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capabilities: []string{"busy"}, Capacity: 2})
+	ex.HandleFunc("slow", func(ctx context.Context, _ *executor.Job) (any, error) {
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	// The load: at least 50 dispatches always waiting on the level, for
+	// at most a minute (then it stops, and the level drains).
+	js, _ := jetstream.New(c.Conn())
+	ready, err := js.Stream(ctx, subject.StreamReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	level := subject.Ready("busy", victim.PriorityLevel())
+	stop := make(chan struct{})
+	var ranOut atomic.Bool
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		end := time.After(time.Minute)
+		for i := 0; ; {
+			select {
+			case <-stop:
+				return
+			case <-end:
+				ranOut.Store(true)
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if n, err := queue.Pending(ctx, ready, subject.ReadyConsumer("busy", victim.PriorityLevel()), level); err != nil || n >= 50 {
+				continue
+			}
+			var specs []task.Spec
+			for range 20 {
+				s := newSpec(fmt.Sprint("load-", i), "slow")
+				s.Capability = "busy"
+				specs = append(specs, s)
+				i++
+			}
+			if _, err := c.SubmitMany(ctx, specs); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	got, err := c.Wait(ctx, "victim")
+	close(stop)
+	<-loadDone
+	if err != nil || got.State != task.Succeeded {
+		t.Fatalf("victim: %+v %v", got, err)
+	}
+	if ranOut.Load() {
+		t.Fatal("the lost dispatch was repaired only once its level's load stopped")
+	}
+	if got.ExecutionID == first {
+		t.Fatal("re-dispatched under the same execution id")
+	}
+	if n := value(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "ready_not_dispatched"}); n < 1 {
+		t.Fatalf("ready_not_dispatched repairs %v, want ≥ 1", n)
 	}
 }

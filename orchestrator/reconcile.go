@@ -165,18 +165,23 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 			}
 			return o.armWatch(ctx, t)
 		}
-		present := false
+		present, mark := false, uint64(0)
 		if !lost {
-			if present, err = o.dispatchPresent(ctx, t); err != nil {
+			if f.ExecutionID != t.ExecutionID {
+				f.Mark = 0 // taken for an earlier dispatch
+			}
+			if present, mark, err = o.dispatchPresent(ctx, t, f.Mark); err != nil {
 				return err
 			}
 		}
 		if present {
-			return o.armWatch(ctx, t)
+			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t), ExecutionID: t.ExecutionID, Mark: mark})
 		}
-		// No dispatch of its level is stored: it was lost (or dropped on a
-		// stale read). Dispatch again under a new execution id, so an
-		// executor holding an old copy cannot claim it twice.
+		// No dispatch of its level is waiting, or the level's consumer
+		// delivered past where its dispatch would be since the last look,
+		// and nobody claimed it: it was lost (or dropped on a stale read).
+		// Dispatch again under a new execution id, so an executor holding
+		// an old copy cannot claim it twice.
 		o.repaired(repairNotDispatched, t)
 		_, err = o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
 			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
@@ -261,60 +266,121 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 	return true, nil
 }
 
-// dispatchPresent reports whether any dispatch on t's capability and
-// priority is still to be delivered or acknowledged: the level's consumer's
-// count, or, while nobody consumes the level, the stream leader's count of
-// what is stored on it. No dispatch means none was stored (or all were
-// taken). A stale answer either way is safe: "present" only delays the next
-// look, and a second dispatch gets a new execution id, which the first
-// dispatch's claim then loses to.
+// dispatchPresent reports whether t's dispatch may still be waiting on its
+// capability and priority's level, and returns the mark its next look
+// passes back (mark: the one this look was given, 0 at the first).
 //
-// A level found holding dispatches is remembered for a few seconds: a
-// backlog of tasks nobody takes (a capability without executors) is looked
-// at by many watches at once, and one count answers for all of them. An
-// empty level is never remembered.
-func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task) (bool, error) {
-	subj := subject.Ready(t.Capability, t.PriorityLevel())
-	if o.levels.recent(subj, o.now()) {
-		return true, nil
-	}
-	// Acknowledged dispatches stay stored until the next trim: count what
-	// the level's consumer has still to deliver or see acknowledged.
-	n, err := queue.Pending(ctx, o.ready, subject.ReadyConsumer(t.Capability, t.PriorityLevel()), subj)
+// A level holding no dispatch (to deliver or see acknowledged: the level's
+// consumer's counts, or, while nobody consumes the level, the stream
+// leader's count of what is stored on it) holds none of t's: it was never
+// stored, or was taken and dropped. A busy level may hold it: the look
+// marks the level's last stored message (a dispatch stored before the
+// look is at or below it), and the next look finds it lost once the
+// level's consumer has delivered past the mark (or has nothing left to
+// deliver) while t still waits, unclaimed, for the same dispatch. So a
+// lost dispatch is found within two looks of a level that moves, however
+// busy; a backlog nobody takes keeps its dispatches. A stale answer either
+// way is safe: "present" only delays the next look, and a second dispatch
+// gets a new execution id, which the first dispatch's claim then loses to.
+//
+// A busy level's counts are remembered for a few seconds: a backlog of
+// tasks looked at by many watches at once is read once for all of them.
+func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task, mark uint64) (bool, uint64, error) {
+	lv, err := o.levelState(ctx, t)
 	if err != nil {
-		return false, fmt.Errorf("count dispatches of %s: %w", subj, err)
+		return false, 0, err
 	}
-	present := n > 0
-	if present {
-		o.levels.saw(subj, o.now())
+	switch {
+	case lv.pending == 0:
+		return false, 0, nil
+	case mark > 0 && (lv.delivered >= mark || lv.undelivered == 0):
+		return false, 0, nil
+	case mark > 0:
+		return true, mark, nil
 	}
-	return present, nil
+	if lv.at.Before(readyAt(t).Add(o.cfg.RunGrace / 2)) {
+		// Read before t's dispatch surely went out: no mark yet.
+		return true, 0, nil
+	}
+	return true, lv.last, nil
+}
+
+// levelState is what the reconciler reads of a ready level.
+type levelState struct {
+	at          time.Time
+	pending     uint64 // to deliver or see acknowledged
+	undelivered uint64 // to deliver
+	delivered   uint64 // the stream sequence of the last delivered
+	last        uint64 // the stream sequence of the last stored
+}
+
+// levelState reads t's level: its consumer's counts (or, with no
+// consumer, what is stored), and its last stored message's sequence — or
+// returns a busy level's state read less than busyLevelMemory ago.
+func (o *Orchestrator) levelState(ctx context.Context, t task.Task) (levelState, error) {
+	subj := subject.Ready(t.Capability, t.PriorityLevel())
+	now := o.now()
+	if lv, ok := o.levels.recent(subj, now); ok {
+		return lv, nil
+	}
+	lv := levelState{at: now}
+	c, err := o.ready.Consumer(ctx, subject.ReadyConsumer(t.Capability, t.PriorityLevel()))
+	switch {
+	case err == nil:
+		ci := c.CachedInfo()
+		lv.undelivered = ci.NumPending
+		lv.pending = ci.NumPending + uint64(max(ci.NumAckPending, 0))
+		lv.delivered = ci.Delivered.Stream
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		// Nobody consumes the level yet: what is stored waits.
+		if lv.pending, err = queue.Pending(ctx, o.ready, subject.ReadyConsumer(t.Capability, t.PriorityLevel()), subj); err != nil {
+			return lv, fmt.Errorf("count dispatches of %s: %w", subj, err)
+		}
+		lv.undelivered = lv.pending
+	default:
+		return lv, fmt.Errorf("count dispatches of %s: %w", subj, err)
+	}
+	if lv.pending == 0 {
+		return lv, nil // an empty level is never remembered
+	}
+	m, err := o.ready.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		// Trimmed meanwhile: the mark is what was delivered.
+		lv.last = lv.delivered
+	case err != nil:
+		return lv, fmt.Errorf("read the last dispatch of %s: %w", subj, err)
+	default:
+		lv.last = m.Sequence
+	}
+	o.levels.saw(subj, lv)
+	return lv, nil
 }
 
 // busyLevels remembers ready levels recently found holding dispatches.
 type busyLevels struct {
 	mu   sync.Mutex
-	seen map[string]time.Time
+	seen map[string]levelState
 }
 
 // busyLevelMemory is how long a level found holding dispatches is taken
 // to still hold some.
 const busyLevelMemory = 5 * time.Second
 
-func (b *busyLevels) recent(subj string, now time.Time) bool {
+func (b *busyLevels) recent(subj string, now time.Time) (levelState, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	at, ok := b.seen[subj]
-	return ok && now.Sub(at) < busyLevelMemory
+	lv, ok := b.seen[subj]
+	return lv, ok && now.Sub(lv.at) < busyLevelMemory
 }
 
-func (b *busyLevels) saw(subj string, now time.Time) {
+func (b *busyLevels) saw(subj string, lv levelState) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.seen == nil || len(b.seen) >= 10_000 {
-		b.seen = make(map[string]time.Time) // a bound: capabilities are chosen by submitters
+		b.seen = make(map[string]levelState) // a bound: capabilities are chosen by submitters
 	}
-	b.seen[subj] = now
+	b.seen[subj] = lv
 }
 
 func readyAt(t task.Task) *time.Time {

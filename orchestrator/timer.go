@@ -37,6 +37,11 @@ type timerFire struct {
 	Reopen string `json:"reopen,omitempty"`
 	// Tasks are a sweep's dispatched tasks (ID is then the batch's id).
 	Tasks []sweepEntry `json:"tasks,omitempty"`
+	// Mark is, in a ready task's watch, the last stream sequence of its
+	// level at the previous look, for its dispatch ExecutionID: once the
+	// level's consumer delivered past it, a dispatch still unclaimed is
+	// lost (see dispatchPresent).
+	Mark uint64 `json:"mark,omitempty"`
 }
 
 // armRetry makes sure a retrying task has its durable timer: a JetStream
