@@ -430,10 +430,7 @@ func (q *fairQueue) purgeMarkers(ctx context.Context) {
 	if len(due) == 0 {
 		return
 	}
-	held, err := q.o.js.Stream(ctx, subject.StreamHeld)
-	if err != nil {
-		return
-	}
+	held := q.o.held
 	for key, below := range due {
 		if err := held.Purge(ctx, jetstream.WithPurgeSubject(subject.FairQueuedKey(q.o.instance, key)), jetstream.WithPurgeSequence(below)); err != nil {
 			q.o.log.Debug("fairness markers not purged; the sweep finds them stale", slog.String("key", key), slog.Any("error", err))
@@ -472,10 +469,7 @@ type fairOwnerReply struct {
 // handled here (left to its live owner, or taken over from a dead one),
 // false for the usual look (its dispatch was published).
 func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task) (taken bool, err error) {
-	held, err := o.js.Stream(ctx, subject.StreamHeld)
-	if err != nil {
-		return false, fmt.Errorf("look at %s's fairness marker: %w", t.ID, err)
-	}
+	held := o.held
 	msg, err := held.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.FairQueuedTask(t.FairnessKey, t.ID)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil // dispatched (or never queued)
