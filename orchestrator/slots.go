@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -275,7 +276,7 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 		}
 		// More may wait than were read, or the read failed: another pass.
 		again := handOver && room > 0 && (len(waiters) == asked || readFailed)
-		o.handedOver(ctx, key, waiters, handed, again)
+		o.handedOver(key, waiters, handed, again)
 		return
 	}
 	fail(fmt.Errorf("change the slots of key %s: too many concurrent changes", key))
@@ -311,7 +312,7 @@ func (o *Orchestrator) slotWaiters(ctx context.Context, key string, n int) ([]sl
 			if err != nil {
 				return out, fmt.Errorf("read the waiters of key %s: %w", key, err)
 			}
-			if _, id, ok := subject.ParseSlotWait(m.Subject); ok {
+			if _, id, ok := subject.ParseSlotWait(m.Subject); ok && !o.slotWakes.handing(m.Sequence) {
 				out = append(out, slotWaiter{id: id, seq: m.Sequence})
 			}
 			seq = m.Sequence + 1
@@ -320,26 +321,25 @@ func (o *Orchestrator) slotWaiters(ctx context.Context, key string, n int) ([]sl
 	return out, nil
 }
 
-// handedOver finishes a hand-over once written: the markers of the
-// waiters handed a slot (and of those found holding one already) are
-// deleted, and the waiters handed one are dispatched in the background.
-// A crash before then leaves their markers (found stale later) and their
-// watches, which dispatch them.
-func (o *Orchestrator) handedOver(ctx context.Context, key string, waiters, handed []slotWaiter, again bool) {
+// handedOver finishes a hand-over once written, in the background: the
+// markers of the waiters handed a slot (and of those found holding one
+// already) are deleted, and the waiters handed one dispatched. Until its
+// marker is deleted, a waiter handed a slot is skipped by this
+// orchestrator's next reads of the waiters (another orchestrator finds it
+// holding a slot: stale). A crash before then leaves the markers (found
+// stale later) and the waiters' watches, which dispatch them.
+func (o *Orchestrator) handedOver(key string, waiters, handed []slotWaiter, again bool) {
+	var due []slotWake
 	for _, w := range waiters {
-		if !w.stale && !slices.ContainsFunc(handed, func(h slotWaiter) bool { return h.id == w.id }) {
-			continue
-		}
-		if err := o.held.DeleteMsg(ctx, w.seq); err != nil && !msgGone(err) {
-			o.log.Warn("cannot delete the marker of a task handed a slot; it is found stale later", slog.String("key", key), slog.String("task", w.id), slog.Any("error", err))
+		switch {
+		case slices.ContainsFunc(handed, func(h slotWaiter) bool { return h.id == w.id }):
+			due = append(due, slotWake{id: w.id, seq: w.seq})
+		case w.stale:
+			due = append(due, slotWake{seq: w.seq})
 		}
 	}
-	ids := make([]string, len(handed))
-	for i, h := range handed {
-		ids[i] = h.id
-	}
-	if len(ids) > 0 || again {
-		o.wakeLater(key, ids, again)
+	if len(due) > 0 || again {
+		o.wakeLater(key, due, again)
 	}
 }
 
@@ -401,24 +401,32 @@ func (o *Orchestrator) settleSlots(ctx context.Context, key string) (bool, error
 	return false, waitSlotOp(ctx, op)
 }
 
-// wakeLater dispatches the tasks of key handed a slot (ids) and, with
-// settle, settles key's slots, in the background: one goroutine per key
-// at a time (later calls add to its work). The report that freed a slot
-// is applied without waiting, and a wake-up lost to a crash or an error is
-// made good by the waiters' watches.
-func (o *Orchestrator) wakeLater(key string, ids []string, settle bool) {
+// slotWakeWorkers bounds the tasks handed a slot of one key that are
+// dispatched at once.
+const slotWakeWorkers = 16
+
+// wakeLater, in the background, deletes the markers of the waiters handed
+// a slot of key (or found holding one) and dispatches those handed one,
+// slotWakeWorkers at a time, and with settle then settles key's slots: one
+// goroutine per key at a time (later calls add to its work). The report
+// that freed a slot is applied without waiting, and a wake-up lost to a
+// crash or an error is made good by the waiters' watches.
+func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool) {
 	w := &o.slotWakes
 	w.mu.Lock()
 	if w.due == nil {
-		w.due = map[string]*slotWake{}
+		w.due, w.seqs = map[string]*slotWakeDue{}, map[uint64]bool{}
 	}
-	due, running := w.due[key]
+	for _, d := range due {
+		w.seqs[d.seq] = true
+	}
+	k, running := w.due[key]
 	if !running {
-		due = &slotWake{}
-		w.due[key] = due
+		k = &slotWakeDue{}
+		w.due[key] = k
 	}
-	due.ids = append(due.ids, ids...)
-	due.settle = due.settle || settle
+	k.wakes = append(k.wakes, due...)
+	k.settle = k.settle || settle
 	w.mu.Unlock()
 	if running {
 		return
@@ -429,22 +437,26 @@ func (o *Orchestrator) wakeLater(key string, ids []string, settle bool) {
 		ctx := o.runCtx
 		for {
 			w.mu.Lock()
-			ids, settle := due.ids, due.settle
-			due.ids, due.settle = nil, false
-			if (len(ids) == 0 && !settle) || ctx.Err() != nil {
+			due, settle := k.wakes, k.settle
+			k.wakes, k.settle = nil, false
+			if (len(due) == 0 && !settle) || ctx.Err() != nil {
 				delete(w.due, key)
+				for _, d := range due {
+					delete(w.seqs, d.seq)
+				}
 				w.mu.Unlock()
 				return
 			}
 			w.mu.Unlock()
-			for _, id := range ids {
-				if err := o.wakeHanded(ctx, key, id); err != nil && ctx.Err() == nil {
-					// It holds its slot: its watch, a second ahead,
-					// dispatches it.
-					o.log.Warn("dispatching a task handed a slot failed; its watch does", slog.String("key", key), slog.String("task", id), slog.Any("error", err))
-					_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now().Add(time.Second)})
-				}
+			var g errgroup.Group
+			g.SetLimit(slotWakeWorkers)
+			for _, d := range due {
+				g.Go(func() error {
+					o.wake(ctx, key, d)
+					return nil
+				})
 			}
+			_ = g.Wait()
 			if settle {
 				more, err := o.settleSlots(ctx, key)
 				if err != nil && ctx.Err() == nil {
@@ -452,7 +464,7 @@ func (o *Orchestrator) wakeLater(key string, ids []string, settle bool) {
 				}
 				if more {
 					w.mu.Lock()
-					due.settle = true
+					k.settle = true
 					w.mu.Unlock()
 				}
 			}
@@ -460,16 +472,59 @@ func (o *Orchestrator) wakeLater(key string, ids []string, settle bool) {
 	}()
 }
 
-// slotWakes holds the wake-ups due per key while one runs.
-type slotWakes struct {
-	mu  sync.Mutex
-	due map[string]*slotWake
+// wake deletes the marker of d and dispatches d's task if it was handed a
+// slot.
+func (o *Orchestrator) wake(ctx context.Context, key string, d slotWake) {
+	err := o.held.DeleteMsg(ctx, d.seq)
+	if err != nil && !msgGone(err) && ctx.Err() == nil {
+		o.log.Warn("cannot delete the marker of a task handed a slot; it is found stale later", slog.String("key", key), slog.String("task", d.id), slog.Any("error", err))
+	}
+	o.slotWakes.handed(d.seq)
+	if d.id == "" {
+		return
+	}
+	if err := o.wakeHanded(ctx, key, d.id); err != nil && ctx.Err() == nil {
+		// It holds its slot: its watch, a second ahead, dispatches it.
+		o.log.Warn("dispatching a task handed a slot failed; its watch does", slog.String("key", key), slog.String("task", d.id), slog.Any("error", err))
+		_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: d.id, At: o.now().Add(time.Second)})
+	}
 }
 
-// slotWake is the work due for a key: tasks handed a slot, and a settle.
-type slotWake struct {
-	ids    []string
+// slotWakes holds the wake-ups due per key while one runs, and the markers
+// of waiters handed a slot whose deletion is due.
+type slotWakes struct {
+	mu   sync.Mutex
+	due  map[string]*slotWakeDue
+	seqs map[uint64]bool
+}
+
+// handing reports whether the marker at seq is one of a waiter handed a
+// slot, to be deleted.
+func (w *slotWakes) handing(seq uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seqs[seq]
+}
+
+// handed forgets a marker deleted.
+func (w *slotWakes) handed(seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.seqs, seq)
+}
+
+// slotWakeDue is the work due for a key: markers to delete and tasks
+// handed a slot, and a settle.
+type slotWakeDue struct {
+	wakes  []slotWake
 	settle bool
+}
+
+// slotWake is a marker to delete (seq) and, when id is set, the task
+// handed a slot to dispatch.
+type slotWake struct {
+	id  string
+	seq uint64
 }
 
 // wakeHanded dispatches a task handed a slot of key. A task that no longer
