@@ -219,12 +219,8 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 		t, rev = next, nextRev
 	}
 	if t.FairnessKey != "" && o.fair != nil {
-		queued, err := o.fair.queue(ctx, t, rev)
-		if err != nil {
-			return err
-		}
-		if queued {
-			if err := o.sweeps.add(ctx, t); err != nil {
+		if o.fair.queue(t, rev) {
+			if err := o.sweeps.add(ctx, t, o.instance); err != nil {
 				return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
 			}
 			return nil
@@ -253,7 +249,7 @@ func (o *Orchestrator) publishDispatch(ctx context.Context, t task.Task, rev uin
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
 	if sweep {
-		if err := o.sweeps.add(ctx, t); err != nil {
+		if err := o.sweeps.add(ctx, t, ""); err != nil {
 			return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
 		}
 	}

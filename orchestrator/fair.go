@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
@@ -30,17 +28,16 @@ import (
 // and a turn of the other keys, not behind another key's backlog.
 //
 // A queued task is ready (its record unchanged: to a user it waits for an
-// executor as if it were in AX_READY). Its durable trace is a marker,
-// ax.fairq.<id> in AX_HELD, naming the execution and this orchestrator
-// (its instance), stored before the task is queued and deleted once its
-// dispatch is stored; and the sweep entry every dispatch has. When the
-// sweep looks at a ready task with a fairness key that no dispatch was
-// published for — its marker is still there — and the orchestrator that
-// queued it is gone (its owner subject has no responders), the task is
-// taken over: dispatched again under a new execution, so that a copy the
-// dead orchestrator may have published after all is dropped by the
-// executor that gets it (fairTakeOver). A live owner answers whether it
-// still holds the task. Stop dispatches what is queued.
+// executor as if it were in AX_READY). Its durable trace is the sweep
+// entry every dispatch has, which names this orchestrator's instance (the
+// owner) instead of a dispatch: a queued task costs no stored message of
+// its own. When the sweep — or the watch it arms — looks at a ready task
+// its owner held, it asks the owner (its ax.fairowner subject) whether it
+// still does; with no responders (the orchestrator is gone: a new instance
+// at every start) the task is taken over: dispatched again under a new
+// execution, so that a copy the dead orchestrator may have published
+// after all is dropped by the executor that gets it (fairTakeOver). Stop
+// dispatches what is queued.
 
 const (
 	// fairTick is how often the pump counts the busy levels and refills
@@ -63,7 +60,6 @@ type fairQueue struct {
 	mu     sync.Mutex
 	levels map[string]*fairLevel
 	ids    map[string]*fairEntry
-	marks  map[string]*fairMarks // by fairness key
 	bytes  int64
 	closed bool
 	warned time.Time
@@ -86,114 +82,26 @@ type fairKey struct {
 }
 
 type fairEntry struct {
-	t         task.Task
-	rev       uint64
-	size      int64
-	markerSeq uint64 // the marker's sequence in AX_HELD
-}
-
-// fairMarker is the body of ax.fairq.<id>.
-type fairMarker struct {
-	ID          string `json:"id"`
-	ExecutionID string `json:"execution_id"`
-	Owner       string `json:"owner"`
+	t    task.Task
+	rev  uint64
+	size int64
 }
 
 // fairSendWorkers bounds the dispatches a pump publishes at once.
 const fairSendWorkers = 32
 
 func newFairQueue(o *Orchestrator, window int) *fairQueue {
-	return &fairQueue{o: o, window: window, levels: map[string]*fairLevel{}, ids: map[string]*fairEntry{}, marks: map[string]*fairMarks{}}
+	return &fairQueue{o: o, window: window, levels: map[string]*fairLevel{}, ids: map[string]*fairEntry{}}
 }
 
-// queue decides whether t waits for its turn (true: queued here, its
-// marker stored) or is dispatched at once. A task queued already is
-// updated in place.
-func (q *fairQueue) queue(ctx context.Context, t task.Task, rev uint64) (bool, error) {
+// queue decides whether t waits for its turn (true: queued here) or is
+// dispatched at once. A task queued already is updated in place. The
+// caller stores the queued task's sweep entry, naming this orchestrator.
+func (q *fairQueue) queue(t task.Task, rev uint64) bool {
 	if !q.wait(t, rev) {
-		return false, nil
+		return false
 	}
-	data, _ := json.Marshal(fairMarker{ID: t.ID, ExecutionID: t.ExecutionID, Owner: q.o.instance})
-	q.marking(t.FairnessKey, 1)
-	ack, err := q.o.js.Publish(ctx, subject.FairQueued(q.o.instance, t.FairnessKey, t.ID), data)
-	if err != nil {
-		q.marking(t.FairnessKey, -1)
-		return false, fmt.Errorf("queue %s for its fairness key's turn: %w", t.ID, err)
-	}
-	added := q.add(t, rev, ack.Sequence)
-	q.marking(t.FairnessKey, -1)
-	return added, nil
-}
-
-// fairMarks tracks one fairness key's markers: the sequences of the tasks
-// queued (a heap, with the dispatched ones dropped lazily), the marker
-// publishes in flight, and whether dispatches since the last purge left
-// markers to remove. The markers below the oldest queued one are the
-// dispatched tasks': one purge removes them all.
-type fairMarks struct {
-	queued   seqHeap
-	gone     map[uint64]bool
-	inFlight int
-	dirty    bool
-	highest  uint64
-}
-
-// marking counts a marker publish of key starting (+1) or done (-1).
-func (q *fairQueue) marking(key string, d int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	m := q.marksOf(key)
-	m.inFlight += d
-	q.forgetMarks(key, m)
-}
-
-// marksOf returns key's markers; the caller holds q.mu.
-func (q *fairQueue) marksOf(key string) *fairMarks {
-	m := q.marks[key]
-	if m == nil {
-		m = &fairMarks{gone: map[uint64]bool{}}
-		q.marks[key] = m
-	}
-	return m
-}
-
-// forgetMarks drops a key's tracking once nothing is queued, in flight or
-// left to purge; the caller holds q.mu.
-func (q *fairQueue) forgetMarks(key string, m *fairMarks) {
-	if m.inFlight == 0 && len(m.queued) == 0 && !m.dirty {
-		delete(q.marks, key)
-	}
-}
-
-// purgeBelow returns the sequence below which key's markers are all
-// dispatched tasks' (0: none to purge now); the caller holds q.mu.
-func (m *fairMarks) purgeBelow() uint64 {
-	for len(m.queued) > 0 && m.gone[m.queued[0]] {
-		delete(m.gone, heap.Pop(&m.queued).(uint64))
-	}
-	switch {
-	case !m.dirty:
-		return 0
-	case len(m.queued) > 0:
-		return m.queued[0]
-	case m.inFlight > 0:
-		return 0 // a marker being stored would be purged: next time
-	}
-	return m.highest + 1
-}
-
-// seqHeap is a min-heap of marker sequences.
-type seqHeap []uint64
-
-func (h seqHeap) Len() int           { return len(h) }
-func (h seqHeap) Less(i, j int) bool { return h[i] < h[j] }
-func (h seqHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *seqHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
-func (h *seqHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	return q.add(t, rev)
 }
 
 // wait decides whether t must wait for its turn; a task queued already is
@@ -226,20 +134,14 @@ func (q *fairQueue) wait(t task.Task, rev uint64) bool {
 	return false
 }
 
-// add queues t once its marker is stored; false when the queue closed
-// meanwhile (the caller dispatches it).
-func (q *fairQueue) add(t task.Task, rev, markerSeq uint64) bool {
+// add queues t; false when the queue closed meanwhile (the caller
+// dispatches it).
+func (q *fairQueue) add(t task.Task, rev uint64) bool {
 	level := subject.Ready(t.Capability, t.PriorityLevel())
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	m := q.marksOf(t.FairnessKey)
-	m.highest = max(m.highest, markerSeq)
 	if e, ok := q.ids[t.ID]; ok {
-		if e.markerSeq != markerSeq {
-			m.gone[e.markerSeq] = true // replaced: MaxMsgsPerSubject 1 removed it
-			heap.Push(&m.queued, markerSeq)
-		}
-		e.t, e.rev, e.markerSeq = t, rev, markerSeq
+		e.t, e.rev = t, rev
 		return true
 	}
 	lv := q.levels[level]
@@ -247,12 +149,9 @@ func (q *fairQueue) add(t task.Task, rev, markerSeq uint64) bool {
 		if lv != nil {
 			lv.sent++
 		}
-		m.dirty = true // its marker is left: the next purge removes it
 		return false
 	}
-	delete(m.gone, markerSeq)
-	heap.Push(&m.queued, markerSeq)
-	e := &fairEntry{t: t, rev: rev, size: int64(len(t.Payload)) + fairEntryOverhead, markerSeq: markerSeq}
+	e := &fairEntry{t: t, rev: rev, size: int64(len(t.Payload)) + fairEntryOverhead}
 	q.ids[t.ID] = e
 	q.bytes += e.size
 	k := lv.keys[t.FairnessKey]
@@ -308,8 +207,6 @@ func (q *fairQueue) pop(lv *fairLevel) *fairEntry {
 	}
 	delete(q.ids, e.t.ID)
 	q.bytes -= e.size
-	m := q.marksOf(e.t.FairnessKey)
-	m.gone[e.markerSeq], m.dirty = true, true
 	return e
 }
 
@@ -390,8 +287,7 @@ func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
 }
 
 // send dispatches popped tasks, fairSendWorkers at a time; one whose
-// dispatch fails goes back to its queue. Then it purges the markers the
-// dispatched tasks left, one purge per key.
+// dispatch fails goes back to its queue.
 func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, fairSendWorkers)
@@ -403,42 +299,13 @@ func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
 			defer func() { <-sem }()
 			if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil && ctx.Err() == nil {
 				q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
-				if !q.add(e.t, e.rev, e.markerSeq) {
+				if !q.add(e.t, e.rev) {
 					q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	q.purgeMarkers(ctx)
-}
-
-// purgeMarkers removes, per fairness key, the markers of the tasks
-// dispatched: those below the oldest still queued. A marker left (a purge
-// failed, the orchestrator stopped) is found stale by the sweep's look.
-func (q *fairQueue) purgeMarkers(ctx context.Context) {
-	q.mu.Lock()
-	due := map[string]uint64{}
-	for key, m := range q.marks {
-		if below := m.purgeBelow(); below > 0 {
-			due[key] = below
-			m.dirty = false
-		}
-		q.forgetMarks(key, m)
-	}
-	q.mu.Unlock()
-	if len(due) == 0 {
-		return
-	}
-	held := q.o.held
-	for key, below := range due {
-		if err := held.Purge(ctx, jetstream.WithPurgeSubject(subject.FairQueuedKey(q.o.instance, key)), jetstream.WithPurgeSequence(below)); err != nil {
-			q.o.log.Debug("fairness markers not purged; the sweep finds them stale", slog.String("key", key), slog.Any("error", err))
-			q.mu.Lock()
-			q.marksOf(key).dirty = true
-			q.mu.Unlock()
-		}
-	}
 }
 
 // serveOwner answers, until ctx ends, whether this orchestrator still
@@ -464,57 +331,49 @@ type fairOwnerReply struct {
 	Queued bool `json:"queued"`
 }
 
-// fairTakeOver is the sweep's look at a ready task with a fairness key
-// that this orchestrator does not hold queued: taken true when it was
-// handled here (left to its live owner, or taken over from a dead one),
-// false for the usual look (its dispatch was published).
-func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task) (taken bool, err error) {
-	held := o.held
-	msg, err := held.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.FairQueuedTask(t.FairnessKey, t.ID)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil // dispatched (or never queued)
+// fairTakeOver is the look at a ready task that the orchestrator instance
+// owner held queued for its fairness key's turn (its sweep entry or watch
+// says so), when this orchestrator does not hold it: taken true when it
+// was handled here (left to its live owner, with a watch naming it, or
+// taken over from a dead one), false for the usual look (its owner
+// dispatched it).
+func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner string) (taken bool, err error) {
+	if owner == o.instance {
+		return false, nil // not queued here any more: dispatched
 	}
-	if err != nil {
-		return false, fmt.Errorf("look at %s's fairness marker: %w", t.ID, err)
-	}
-	var m fairMarker
-	if json.Unmarshal(msg.Data, &m) != nil || m.ExecutionID != t.ExecutionID {
-		_ = held.DeleteMsg(ctx, msg.Sequence) // another execution's: stale
-		return false, nil
-	}
-	if m.Owner == o.instance {
-		// Not queued here any more: dispatched, its marker not deleted.
-		_ = held.DeleteMsg(ctx, msg.Sequence)
-		return false, nil
-	}
-	reply, err := o.nc.RequestWithContext(ctx, subject.FairOwner(m.Owner), []byte(t.ID))
+	reply, err := o.nc.RequestWithContext(ctx, subject.FairOwner(owner), []byte(t.ID))
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		// Its owner is gone: dispatch it again under a new execution.
-		if err := held.DeleteMsg(ctx, msg.Sequence); err != nil {
-			if msgGone(err) {
-				return true, nil // another orchestrator took it over
-			}
-			return false, fmt.Errorf("take over %s: %w", t.ID, err)
-		}
-		o.repaired(repairFairLost, t)
+		// Its owner is gone: dispatch it again under a new execution
+		// (of several orchestrators looking, one does).
+		moved := false
 		_, err := o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
 			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
 				return nil, "", nil
 			}
+			moved = true
 			next := o.readyNext(cur, cur.Attempt)
 			next.Dispatches = cur.Dispatches
 			return &next, "reconciler: the orchestrator that queued it for its fairness key's turn is gone; dispatched again", nil
 		})
+		if moved && err == nil {
+			o.repaired(repairFairLost, t)
+		}
 		return true, ignoreNotFound(err)
 	case err != nil:
 		return false, fmt.Errorf("ask the orchestrator that queued %s: %w", t.ID, err)
 	}
 	var r fairOwnerReply
 	if json.Unmarshal(reply.Data, &r) == nil && r.Queued {
-		return true, o.armWatch(ctx, t)
+		return true, o.armFairWatch(ctx, t, owner)
 	}
 	return false, nil
+}
+
+// armFairWatch arms the watch of a ready task that owner holds queued for
+// its fairness key's turn: the look asks the owner again.
+func (o *Orchestrator) armFairWatch(ctx context.Context, t task.Task, owner string) error {
+	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t), ExecutionID: t.ExecutionID, Owner: owner})
 }
 
 // drain dispatches every queued task at the orchestrator's stop and

@@ -94,7 +94,8 @@ type Orchestrator struct {
 	limits  *keyLimits
 	slotsKV jetstream.KeyValue
 	fair    *fairQueue
-	// instance names this run of the orchestrator in its fairness markers.
+	// instance names this run of the orchestrator in the sweep entries of the
+	// tasks it queues for fairness.
 	instance string
 	// slotBatches combines this orchestrator's changes to one key's
 	// slots (keylimits.go).

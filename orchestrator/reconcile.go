@@ -123,11 +123,11 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		return o.dispatch(ctx, t, rev)
 	}
 	if t.State == task.Ready && o.fair.has(t.ID) {
-		return o.armWatch(ctx, t) // queued here for its turn
+		return o.armFairWatch(ctx, t, o.instance) // queued here for its turn
 	}
-	if t.State == task.Ready && t.FairnessKey != "" {
+	if t.State == task.Ready && f.Owner != "" && f.ExecutionID == t.ExecutionID {
 		// Queued for its turn by another orchestrator, or dispatched.
-		if taken, err := o.fairTakeOver(ctx, t); taken || err != nil {
+		if taken, err := o.fairTakeOver(ctx, t, f.Owner); taken || err != nil {
 			return err
 		}
 	}

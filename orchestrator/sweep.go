@@ -38,6 +38,9 @@ const sweepMax = 500
 type sweepEntry struct {
 	ID          string `json:"id"`
 	ExecutionID string `json:"execution_id,omitempty"`
+	// Owner is, for a task queued for its fairness key's turn instead of
+	// dispatched, the orchestrator instance holding it (fair.go).
+	Owner string `json:"owner,omitempty"`
 }
 
 // sweepBatcher groups sweep entries into timers.
@@ -59,16 +62,17 @@ func newSweepBatcher(o *Orchestrator) *sweepBatcher {
 	return &sweepBatcher{o: o, kick: make(chan struct{}, 1)}
 }
 
-// add stores e in a sweep timer and returns once it is stored. After the
+// add stores t's entry in a sweep timer (owner: the instance holding t
+// queued for fairness, or "") and returns once it is stored. After the
 // batcher stopped it arms a per-task watch instead.
-func (b *sweepBatcher) add(ctx context.Context, t task.Task) error {
+func (b *sweepBatcher) add(ctx context.Context, t task.Task, owner string) error {
 	done := make(chan error, 1)
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
-		return b.o.armWatch(ctx, t)
+		return b.o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: b.o.watchTime(t), ExecutionID: t.ExecutionID, Owner: owner})
 	}
-	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID}, done: done})
+	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID, Owner: owner}, done: done})
 	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
@@ -142,7 +146,7 @@ func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {
 			if t.State.Terminal() {
 				return nil // its own message ensured its effects
 			}
-			if err := o.fireWatch(gctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At}); err != nil {
+			if err := o.fireWatch(gctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At, ExecutionID: e.ExecutionID, Owner: e.Owner}); err != nil {
 				return fmt.Errorf("sweep: %s: %w", e.ID, err)
 			}
 			return nil

@@ -42,6 +42,9 @@ type timerFire struct {
 	// level's consumer delivered past it, a dispatch still unclaimed is
 	// lost (see dispatchPresent).
 	Mark uint64 `json:"mark,omitempty"`
+	// Owner is, in a watch of a ready task queued for its fairness key's
+	// turn, the orchestrator instance holding it (with ExecutionID).
+	Owner string `json:"owner,omitempty"`
 }
 
 // armRetry makes sure a retrying task has its durable timer: a JetStream

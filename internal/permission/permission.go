@@ -284,8 +284,8 @@ func orchestrator(objects []string) Permissions {
 		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll,
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
-		subject.SlotWaitAll,                         // tasks waiting for a concurrency slot (AX_HELD)
-		subject.FairQueuedAll, subject.FairOwnerAll, // tasks queued for fairness; asking their owner
+		subject.SlotWaitAll,  // tasks waiting for a concurrency slot (AX_HELD)
+		subject.FairOwnerAll, // asking the orchestrator holding a task queued for fairness
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
 		kvAll(subject.BucketSlots), // concurrency slots per key
 		kvAll(subject.BucketKeys),  // the execution-token key: orchestrators only

@@ -230,11 +230,8 @@ func TestMatrix(t *testing.T) {
 		pub("mirror", "$JS.API.STREAM.MSG.GET.KV_AX_SLOTS", false),
 		// Fairness: orchestrators mark the tasks they queue and ask each
 		// other whether they still hold one; nobody else.
-		pub("orchestrator", subject.FairQueued("abc", "tenant.a", "x"), true),
 		pub("orchestrator", subject.FairOwner("abc"), true),
-		pub("operator", subject.FairQueued("abc", "tenant.a", "x"), false),
 		pub("executor-email", subject.FairOwner("abc"), false),
-		pub("producer", subject.FairQueued("abc", "tenant.a", "x"), false),
 	}
 	// The execution-token key: only orchestrators read it, or any executor
 	// could sign reports and claims for executions it was not dispatched.

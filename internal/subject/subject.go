@@ -455,31 +455,9 @@ func ParseSlotWait(subj string) (key, id string, ok bool) {
 
 const slotWaitPrefix = "ax.slotwait."
 
-// FairQueued marks a ready task queued in an orchestrator (instance) for
-// its fairness key's turn, kept in AX_HELD until the task is dispatched:
-// ax.fairq.<instance>.<fairness key>.<id>.
-func FairQueued(instance, key, id string) string {
-	return fairQueuedPrefix + instance + "." + key + "." + id
-}
-
-// FairQueuedKey matches an orchestrator instance's FairQueued markers of
-// one fairness key.
-func FairQueuedKey(instance, key string) string {
-	return fairQueuedPrefix + instance + "." + key + ".*"
-}
-
-// FairQueuedTask matches the FairQueued markers of one task, whichever
-// orchestrator queued it.
-func FairQueuedTask(key, id string) string { return fairQueuedPrefix + "*." + key + "." + id }
-
-const fairQueuedPrefix = "ax.fairq."
-
-// FairQueuedAll matches every FairQueued marker.
-const FairQueuedAll = "ax.fairq.>"
-
 // FairOwner is where an orchestrator answers whether it still holds a task
-// queued for fairness (core NATS; the instance is its FairQueued markers'
-// owner).
+// queued for fairness (core NATS; the instance, new at every start, is
+// named in the task's sweep entry and watch).
 func FairOwner(instance string) string { return "ax.fairowner." + instance }
 
 // FairOwnerAll matches every FairOwner subject.

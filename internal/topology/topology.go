@@ -181,8 +181,8 @@ func Streams(o Options) []jetstream.StreamConfig {
 		},
 		{
 			Name:              subject.StreamHeld,
-			Description:       "AX tasks held back by a paused type, an open circuit breaker or a concurrency limit, or queued for fairness",
-			Subjects:          []string{subject.HeldAll, subject.SlotWaitAll, subject.FairQueuedAll},
+			Description:       "AX tasks held back by a paused type, an open circuit breaker or a concurrency limit",
+			Subjects:          []string{subject.HeldAll, subject.SlotWaitAll},
 			Retention:         jetstream.LimitsPolicy,
 			Storage:           jetstream.FileStorage,
 			Replicas:          r,
