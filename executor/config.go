@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/codec"
+	"github.com/ax-run/ax/internal/swrr"
 	"github.com/ax-run/ax/task"
 )
 
@@ -29,7 +30,7 @@ const (
 
 // DefaultWeights returns the pull weights of priorities p0…p5: 40, 25, 15,
 // 10, 6, 4.
-func DefaultWeights() [task.Levels]int { return [task.Levels]int{40, 25, 15, 10, 6, 4} }
+func DefaultWeights() [task.Levels]int { return swrr.PriorityWeights() }
 
 // Config configures an Executor. The zero value is usable: every zero
 // field means its documented default.

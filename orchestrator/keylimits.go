@@ -30,8 +30,9 @@ import (
 //     the slots of tasks that ended without freeing them. A task finding
 //     no slot stays ready with a reason ("held: concurrency …"), a marker
 //     on ax.slotwait.p<priority>.<key>.<id> in AX_HELD and a watch; an
-//     attempt ending hands its slot to the first waiter, p0 first, then
-//     the oldest (slots.go), and tasks arriving later wait behind.
+//     attempt ending hands its slot to the first waiter, by weighted
+//     priority, then the oldest (slots.go), and tasks arriving later wait
+//     behind.
 //   - Rate: a dispatch takes a start in its key's window of Per (the
 //     retry budget's windows, on AX_RETRY_WINDOWS); over the rate it
 //     waits, ready with a reason, for the window with room (its watch

@@ -405,3 +405,92 @@ func TestSlotWaitersStartInOrder(t *testing.T) {
 		t.Errorf("started %v first, want %v: the waiters by priority, then in the order they waited, before any newcomer", got, want)
 	}
 }
+
+// TestSlotWaitersLowerPriorityGetsShare: the freed slots of a key go to
+// its waiters' priorities by the executors' pull weights (40 … 4), not
+// strictly: behind 40 waiting p0 tasks, a waiting p5 task gets about one
+// slot in eleven instead of waiting for every p0 task.
+func TestSlotWaitersLowerPriorityGetsShare(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{ReconcileInterval: time.Minute,
+		KeyLimits: []task.KeyLimit{{Key: "k", Concurrency: 1}}})
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var started []string
+	ex, err := executor.New(testenv.Conn(t, srv.URL()), executor.Config{Capacity: 4, Logger: testenv.SlogLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
+		mu.Lock()
+		started = append(started, j.ID)
+		mu.Unlock()
+		if j.ID == "first" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = ex.Stop(ctx)
+	})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	spec := func(id string, prio int) task.Spec {
+		s := keyedSpec(id, "work", "k")
+		s.Priority = &prio
+		return s
+	}
+	if _, err := c.Submit(ctx, spec("first", 0)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "first started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(started) == 1
+	})
+	var specs []task.Spec
+	for i := range 5 {
+		specs = append(specs, spec(fmt.Sprint("low-", i), 5))
+	}
+	for i := range 40 {
+		specs = append(specs, spec(fmt.Sprint("high-", i), 0))
+	}
+	if _, err := c.SubmitMany(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		testenv.Eventually(t, time.Minute, s.ID+" waits", func() bool {
+			got, err := c.Get(ctx, s.ID)
+			return err == nil && got.State == task.Ready && strings.HasPrefix(got.Reason, "held: concurrency limit of key k")
+		})
+	}
+	close(release)
+	for _, s := range specs {
+		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v", s.ID, got, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	firstLow, lastHigh := -1, -1
+	for i, id := range started {
+		switch {
+		case strings.HasPrefix(id, "low-") && firstLow < 0:
+			firstLow = i
+		case strings.HasPrefix(id, "high-"):
+			lastHigh = i
+		}
+	}
+	// 40:4 — the first p5 task goes with about the eleventh slot.
+	if firstLow < 0 || firstLow > 20 || firstLow > lastHigh {
+		t.Errorf("the first p5 task started %dth (the last p0 %dth): %v", firstLow, lastHigh, started)
+	}
+	t.Logf("the first p5 task started %dth of %d; the last p0 %dth", firstLow, len(started), lastHigh)
+}

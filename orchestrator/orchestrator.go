@@ -101,6 +101,7 @@ type Orchestrator struct {
 	// slots (keylimits.go).
 	slotBatches slotBatches
 	slotWakes   slotWakes
+	slotPickers slotPickers
 	// slotKeys are the concurrency keys whose slots are exported.
 	slotKeysMu sync.Mutex
 	slotKeys   map[string]struct{}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/swrr"
 	"github.com/ax-run/ax/task"
 )
 
@@ -290,9 +291,13 @@ type slotWaiter struct {
 }
 
 // slotWaiters reads up to n tasks waiting for a slot of key, in the order
-// they get one: the highest priority first, then the oldest. Every level's
-// waiters are no older than the oldest of all, so each level is read from
-// there: one request when nobody waits, else one per level and waiter.
+// they get one: by priority — each pick a level by smooth weighted round
+// robin with the executors' pull weights (swrr.PriorityWeights: the higher
+// first most of the time, a lower one never starved while higher ones
+// keep arriving) among the levels with waiters — and the oldest first
+// within a level. Every level's waiters are no older than the oldest of
+// all, so each level is read from there: one request when nobody waits,
+// else one per waiter and per level found empty.
 func (o *Orchestrator) slotWaiters(ctx context.Context, key string, n int) ([]slotWaiter, error) {
 	first, err := o.held.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject.SlotWaitAnyPriority(key)))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -301,24 +306,58 @@ func (o *Orchestrator) slotWaiters(ctx context.Context, key string, n int) ([]sl
 	if err != nil {
 		return nil, fmt.Errorf("read the waiters of key %s: %w", key, err)
 	}
+	var empty [task.Levels]bool
+	var next [task.Levels]uint64
+	for p := range next {
+		next[p] = first.Sequence
+	}
 	var out []slotWaiter
-	for p := 0; p <= task.MaxPriority && len(out) < n; p++ {
-		seq := first.Sequence
-		for len(out) < n {
-			m, err := o.held.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject.SlotWaitKey(p, key)))
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				break
-			}
-			if err != nil {
-				return out, fmt.Errorf("read the waiters of key %s: %w", key, err)
-			}
-			if _, id, ok := subject.ParseSlotWait(m.Subject); ok && !o.slotWakes.handing(m.Sequence) {
-				out = append(out, slotWaiter{id: id, seq: m.Sequence})
-			}
-			seq = m.Sequence + 1
+	for len(out) < n {
+		p := o.slotPickers.next(key, func(p int) bool { return !empty[p] })
+		if p < 0 {
+			break
+		}
+		m, err := o.held.GetMsg(ctx, next[p], jetstream.WithGetMsgSubject(subject.SlotWaitKey(p, key)))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			empty[p] = true
+			continue
+		}
+		if err != nil {
+			return out, fmt.Errorf("read the waiters of key %s: %w", key, err)
+		}
+		next[p] = m.Sequence + 1
+		if _, id, ok := subject.ParseSlotWait(m.Subject); ok && !o.slotWakes.handing(m.Sequence) {
+			out = append(out, slotWaiter{id: id, seq: m.Sequence})
 		}
 	}
 	return out, nil
+}
+
+// maxSlotPickers bounds the keys whose priority turns are remembered
+// (beyond, they start afresh).
+const maxSlotPickers = 10_000
+
+// slotPickers are the priority turns of the concurrency keys' hand-overs.
+type slotPickers struct {
+	mu sync.Mutex
+	m  map[string]*swrr.Picker
+}
+
+// next picks key's next priority level among the eligible ones (-1:
+// none).
+func (s *slotPickers) next(key string, eligible func(int) bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.m[key]
+	if !ok {
+		if s.m == nil || len(s.m) >= maxSlotPickers {
+			s.m = map[string]*swrr.Picker{}
+		}
+		w := swrr.PriorityWeights()
+		p = swrr.New(w[:])
+		s.m[key] = p
+	}
+	return p.Next(eligible)
 }
 
 // handedOver finishes a hand-over once written, in the background: the

@@ -33,3 +33,9 @@ func (p *Picker) Next(eligible func(i int) bool) int {
 	}
 	return best
 }
+
+// PriorityWeights are the shares of priorities p0…p5 wherever tasks of
+// several priorities compete for one thing — an executor's pulls, a
+// concurrency key's freed slots: 40, 25, 15, 10, 6, 4. Higher priorities
+// go first most of the time, and a lower one is never starved.
+func PriorityWeights() [6]int { return [6]int{40, 25, 15, 10, 6, 4} }
