@@ -19,6 +19,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
@@ -304,31 +305,38 @@ func TestAdaptiveLimitFollowsTheDownstream(t *testing.T) {
 	}
 }
 
-// TestSlotWaitersStartInOrder: under a limit of 1, the tasks waiting for
-// the slot get it in priority order, then in the order they began to
-// wait, and tasks arriving while they wait — a stream of them, one every
-// few milliseconds, the slot freeing all the while — never overtake them.
-func TestSlotWaitersStartInOrder(t *testing.T) {
-	t.Parallel()
+// slotQueue is a key "k" limited to one slot whose first task, "first",
+// holds it until release closes, with the order its tasks started in.
+type slotQueue struct {
+	c       *sdk.Client
+	ctx     context.Context
+	release chan struct{}
+
+	mu      sync.Mutex
+	started []string
+}
+
+// newSlotQueue starts a server, an orchestrator whose watches look only
+// every minute (an order seen comes from the hand-over, not from the
+// waiters' watches), and an executor, and submits "first" (priority 2)
+// once the executor runs it.
+func newSlotQueue(t *testing.T) *slotQueue {
+	t.Helper()
 	srv := testenv.NATS(t)
-	// A minute between watches: the order comes from the hand-over, not
-	// from the waiters' watches looking again.
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{ReconcileInterval: time.Minute,
 		KeyLimits: []task.KeyLimit{{Key: "k", Concurrency: 1}}})
-	release := make(chan struct{})
-	var mu sync.Mutex
-	var started []string
+	q := &slotQueue{release: make(chan struct{})}
 	ex, err := executor.New(testenv.Conn(t, srv.URL()), executor.Config{Capacity: 4, Logger: testenv.SlogLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
-		mu.Lock()
-		started = append(started, j.ID)
-		mu.Unlock()
+		q.mu.Lock()
+		q.started = append(q.started, j.ID)
+		q.mu.Unlock()
 		if j.ID == "first" {
 			select {
-			case <-release:
+			case <-q.release:
 			case <-ctx.Done():
 			}
 		}
@@ -341,38 +349,68 @@ func TestSlotWaitersStartInOrder(t *testing.T) {
 		defer cancel()
 		_ = ex.Stop(ctx)
 	})
-	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 2*time.Minute)
-	submit := func(id string, prio int) {
-		t.Helper()
-		s := keyedSpec(id, "work", "k")
-		s.Priority = &prio
-		if _, err := c.Submit(ctx, s); err != nil {
-			t.Fatal(err)
+	q.c = testenv.Client(t, srv.URL())
+	q.ctx = testenv.Context(t, 2*time.Minute)
+	if _, err := q.c.Submit(q.ctx, q.spec("first", 2)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "first started", func() bool { return len(q.starts()) == 1 })
+	return q
+}
+
+// spec is a task of key k at a priority.
+func (q *slotQueue) spec(id string, prio int) task.Spec {
+	s := keyedSpec(id, "work", "k")
+	s.Priority = &prio
+	return s
+}
+
+// waits waits until a task waits for the slot, visibly.
+func (q *slotQueue) waits(t *testing.T, id string) {
+	t.Helper()
+	testenv.Eventually(t, time.Minute, id+" waits for the slot", func() bool {
+		got, err := q.c.Get(q.ctx, id)
+		return err == nil && got.State == task.Ready && strings.HasPrefix(got.Reason, "held: concurrency limit of key k")
+	})
+}
+
+// succeed waits until every task succeeded.
+func (q *slotQueue) succeed(t *testing.T, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if got, err := q.c.Wait(q.ctx, id); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v", id, got, err)
 		}
 	}
-	waits := func(id string) {
-		t.Helper()
-		testenv.Eventually(t, time.Minute, id+" waits for the slot", func() bool {
-			got, err := c.Get(ctx, id)
-			return err == nil && got.State == task.Ready && strings.HasPrefix(got.Reason, "held: concurrency limit of key k")
-		})
-	}
-	submit("first", 2)
-	testenv.Eventually(t, time.Minute, "first started", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(started) == 1
-	})
+}
+
+// starts returns the tasks started so far, in order.
+func (q *slotQueue) starts() []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.started)
+}
+
+// TestSlotWaitersStartInOrder: under a limit of 1, the tasks waiting for
+// the slot get it in priority order, then in the order they began to
+// wait, and tasks arriving while they wait — a stream of them, one every
+// few milliseconds, the slot freeing all the while — never overtake them.
+func TestSlotWaitersStartInOrder(t *testing.T) {
+	t.Parallel()
+	q := newSlotQueue(t)
 	want := []string{"first", "urgent"}
 	for i := range 5 {
 		id := fmt.Sprint("w", i)
-		submit(id, 2)
-		waits(id)
+		if _, err := q.c.Submit(q.ctx, q.spec(id, 2)); err != nil {
+			t.Fatal(err)
+		}
+		q.waits(t, id)
 		want = append(want, id)
 	}
-	submit("urgent", 0)
-	waits("urgent")
+	if _, err := q.c.Submit(q.ctx, q.spec("urgent", 0)); err != nil {
+		t.Fatal(err)
+	}
+	q.waits(t, "urgent")
 	// Newcomers keep arriving while the waiters take their turns.
 	var newcomers []string
 	arrived := make(chan struct{})
@@ -381,23 +419,17 @@ func TestSlotWaitersStartInOrder(t *testing.T) {
 		for i := range 30 {
 			id := fmt.Sprint("n", i)
 			newcomers = append(newcomers, id)
-			s := keyedSpec(id, "work", "k")
-			if _, err := c.Submit(ctx, s); err != nil {
+			if _, err := q.c.Submit(q.ctx, q.spec(id, 2)); err != nil {
 				t.Error(err)
 				return
 			}
 			time.Sleep(3 * time.Millisecond)
 		}
 	}()
-	close(release)
+	close(q.release)
 	<-arrived
-	for _, id := range append(want, newcomers...) {
-		if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
-			t.Fatalf("%s: %+v %v", id, got, err)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
+	q.succeed(t, append(want, newcomers...)...)
+	started := q.starts()
 	if len(started) != len(want)+len(newcomers) {
 		t.Fatalf("%d starts, want %d (one each): %v", len(started), len(want)+len(newcomers), started)
 	}
@@ -412,73 +444,25 @@ func TestSlotWaitersStartInOrder(t *testing.T) {
 // slot in eleven instead of waiting for every p0 task.
 func TestSlotWaitersLowerPriorityGetsShare(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{ReconcileInterval: time.Minute,
-		KeyLimits: []task.KeyLimit{{Key: "k", Concurrency: 1}}})
-	release := make(chan struct{})
-	var mu sync.Mutex
-	var started []string
-	ex, err := executor.New(testenv.Conn(t, srv.URL()), executor.Config{Capacity: 4, Logger: testenv.SlogLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
-		mu.Lock()
-		started = append(started, j.ID)
-		mu.Unlock()
-		if j.ID == "first" {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-		return nil, nil
-	})
-	testenv.Start(t, ex)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = ex.Stop(ctx)
-	})
-	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 2*time.Minute)
-	spec := func(id string, prio int) task.Spec {
-		s := keyedSpec(id, "work", "k")
-		s.Priority = &prio
-		return s
-	}
-	if _, err := c.Submit(ctx, spec("first", 0)); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, time.Minute, "first started", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(started) == 1
-	})
+	q := newSlotQueue(t)
 	var specs []task.Spec
+	var ids []string
 	for i := range 5 {
-		specs = append(specs, spec(fmt.Sprint("low-", i), 5))
+		specs = append(specs, q.spec(fmt.Sprint("low-", i), 5))
 	}
 	for i := range 40 {
-		specs = append(specs, spec(fmt.Sprint("high-", i), 0))
+		specs = append(specs, q.spec(fmt.Sprint("high-", i), 0))
 	}
-	if _, err := c.SubmitMany(ctx, specs); err != nil {
+	if _, err := q.c.SubmitMany(q.ctx, specs); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range specs {
-		testenv.Eventually(t, time.Minute, s.ID+" waits", func() bool {
-			got, err := c.Get(ctx, s.ID)
-			return err == nil && got.State == task.Ready && strings.HasPrefix(got.Reason, "held: concurrency limit of key k")
-		})
+		q.waits(t, s.ID)
+		ids = append(ids, s.ID)
 	}
-	close(release)
-	for _, s := range specs {
-		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
-			t.Fatalf("%s: %+v %v", s.ID, got, err)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
+	close(q.release)
+	q.succeed(t, ids...)
+	started := q.starts()
 	firstLow, lastHigh := -1, -1
 	for i, id := range started {
 		switch {
