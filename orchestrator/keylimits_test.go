@@ -326,10 +326,7 @@ func newSlotQueue(t *testing.T) *slotQueue {
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{ReconcileInterval: time.Minute,
 		KeyLimits: []task.KeyLimit{{Key: "k", Concurrency: 1}}})
 	q := &slotQueue{release: make(chan struct{})}
-	ex, err := executor.New(testenv.Conn(t, srv.URL()), executor.Config{Capacity: 4, Logger: testenv.SlogLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Capacity: 4})
 	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
 		q.mu.Lock()
 		q.started = append(q.started, j.ID)
@@ -344,11 +341,6 @@ func newSlotQueue(t *testing.T) *slotQueue {
 		return nil, nil
 	})
 	testenv.Start(t, ex)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = ex.Stop(ctx)
-	})
 	q.c = testenv.Client(t, srv.URL())
 	q.ctx = testenv.Context(t, 2*time.Minute)
 	if _, err := q.c.Submit(q.ctx, q.spec("first", 2)); err != nil {
