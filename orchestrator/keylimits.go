@@ -178,7 +178,7 @@ func (o *Orchestrator) admitKey(ctx context.Context, t task.Task, rev uint64) (h
 		next.ReadyAt = &now
 		newRev, err := o.write(ctx, t, rev, &next, "let go by the limits of key "+key+": dispatched")
 		if errors.Is(err, store.ErrConflict) {
-			return true, t, rev, nil // moved on: whoever moved it dispatches it
+			return true, t, rev, o.lookAgain(ctx, t.ID) // moved on, or our write landed unanswered
 		}
 		if err != nil {
 			return true, t, rev, err
@@ -202,7 +202,7 @@ func (o *Orchestrator) waitForSlot(ctx context.Context, t task.Task, rev uint64,
 		next := t
 		newRev, err := o.write(ctx, t, rev, &next, why)
 		if errors.Is(err, store.ErrConflict) {
-			return true, t, rev, nil // moved on: whoever moved it owns it
+			return true, t, rev, o.lookAgain(ctx, t.ID) // moved on, or our write landed unanswered
 		}
 		if err != nil {
 			return true, t, rev, err
@@ -257,7 +257,7 @@ func (o *Orchestrator) holdReady(ctx context.Context, t task.Task, rev uint64, w
 		next := t
 		if _, err := o.write(ctx, t, rev, &next, why); err != nil {
 			if errors.Is(err, store.ErrConflict) {
-				return nil // moved on: whoever moved it owns it
+				return o.lookAgain(ctx, t.ID) // moved on, or our write landed unanswered
 			}
 			return err
 		}

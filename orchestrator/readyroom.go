@@ -122,7 +122,7 @@ func (o *Orchestrator) parkFull(ctx context.Context, t task.Task, rev uint64, ca
 	reason := parkedPrefix + level + " (" + cause.Error() + ")"
 	if _, err := o.write(ctx, t, rev, &next, reason); err != nil {
 		if errors.Is(err, store.ErrConflict) {
-			return nil // moved on: whoever moved it owns it
+			return o.lookAgain(ctx, t.ID) // moved on, or our write landed unanswered
 		}
 		return fmt.Errorf("park %s: %w", t.ID, err)
 	}

@@ -50,6 +50,16 @@ func (o *Orchestrator) armWatch(ctx context.Context, t task.Task) error {
 	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t)})
 }
 
+// lookAgain has the reconciler look at a task a second from now: after a
+// write lost its compare-and-set. The record moved on — whoever moved it
+// may have failed right after (two deliveries of one message handled at
+// once: the one that lost acknowledges it) — or our own write landed with
+// its answer lost (a group-commit batch). Either way the look re-reads the
+// record and carries on from it, so the task keeps a trigger.
+func (o *Orchestrator) lookAgain(ctx context.Context, id string) error {
+	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now().Add(time.Second)})
+}
+
 // dispatchDedupWindow is AX_READY's de-duplication window: a dispatch
 // published again within it, under the same execution id, is not stored
 // twice.

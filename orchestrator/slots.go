@@ -70,10 +70,19 @@ func (o *Orchestrator) writeSlots(ctx context.Context, key string, s task.Slots,
 
 // msgGone reports whether a message delete found no message: deleted
 // already (jetstream answers "message deletion unsuccessful: no message
-// found", not ErrMsgNotFound).
+// found", or the API error 10043 "sequence N not found" on a replicated
+// stream — not ErrMsgNotFound).
 func msgGone(err error) bool {
-	return errors.Is(err, jetstream.ErrMsgNotFound) ||
-		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "no message found"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	// The answer's error is in the text only.
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	return errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) &&
+		(strings.Contains(msg, "no message found") || strings.Contains(msg, "err_code=10043"))
 }
 
 // casConflict reports whether a KV write lost a compare-and-set.
