@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -23,16 +21,7 @@ import (
 // right after: a chaos run left 30 tasks without a trigger so).
 func TestSlotWaitThatLostItsWriteLooksAgain(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := internalConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	limit := task.KeyLimit{Key: "k", Concurrency: 1}

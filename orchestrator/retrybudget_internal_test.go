@@ -20,16 +20,7 @@ import (
 // its slot again in the shared bucket instead of taking a second one.
 func TestRetrySlotsTakenOncePerRetry(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := nats.Connect(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := internalConn(t)
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -75,6 +66,23 @@ func TestRetrySlotsTakenOncePerRetry(t *testing.T) {
 	if s, err := parseSlots(e.Value()); err != nil || s.N != 2 || len(s.Holders) != 2 {
 		t.Fatalf("window holds %s (%v), want 2 slots by a#1 and b#1", e.Value(), err)
 	}
+}
+
+// internalConn starts an embedded server (random port, temporary store)
+// and returns a connection to it; both end with the test.
+func internalConn(t *testing.T) *nats.Conn {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
