@@ -428,17 +428,6 @@ func SlotWaitKey(priority int, key string) string {
 // priority.
 func SlotWaitAnyPriority(key string) string { return slotWaitPrefix + "*." + key + ".*" }
 
-// SlotWaitPriority returns the priority of a SlotWait subject.
-func SlotWaitPriority(subj string) (int, bool) {
-	rest, ok := strings.CutPrefix(subj, slotWaitPrefix+"p")
-	if !ok {
-		return 0, false
-	}
-	p, _, _ := strings.Cut(rest, ".")
-	n, err := strconv.Atoi(p)
-	return n, err == nil
-}
-
 // ParseSlotWait returns the key and task id of a SlotWait subject.
 func ParseSlotWait(subj string) (key, id string, ok bool) {
 	rest, ok := strings.CutPrefix(subj, slotWaitPrefix)
