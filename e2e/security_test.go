@@ -396,6 +396,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			_, err := emailNC.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-pdf-p2", []byte(`{"batch":1}`))
 			return err
 		})
+		refusedSub(emailNC, "executor-email", subject.BellCapability("pdf"))
 		refusedSub(emailNC, "executor-email", subject.ReadyCapability("pdf"))
 		refusedSub(emailNC, "executor-email", subject.ReplyInbox+".>")
 		refusedSub(emailNC, "executor-email", permission.User{Name: "executor-pdf"}.InboxPrefix()+".>")

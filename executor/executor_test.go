@@ -648,3 +648,50 @@ func countPulls(t *testing.T, url string) *atomic.Int64 {
 	}
 	return &pulls
 }
+
+// TestDoorbellCarriesNoPayload: idle executors are woken by an empty
+// doorbell, not by a copy of every dispatch. Four idle executors and
+// twenty tasks of 100 KiB each: the executors together receive about what
+// was submitted (each dispatch once to the executor that runs it, and its
+// record read), not four copies more (the doorbell subscribed to the
+// dispatch subjects: about six times what was submitted).
+func TestDoorbellCarriesNoPayload(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	var conns []*nats.Conn
+	for i := range 4 {
+		nc := testenv.Conn(t, srv.URL())
+		ex, err := executor.New(nc, executor.Config{ID: fmt.Sprintf("idle-%d", i), IdleProbe: time.Hour, Logger: testenv.SlogLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex.HandleFunc("work", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+		testenv.Start(t, ex)
+		conns = append(conns, nc)
+	}
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	received := func() (n uint64) {
+		for _, nc := range conns {
+			n += nc.Stats().InBytes
+		}
+		return n
+	}
+	blob := `"` + strings.Repeat("x", 100<<10) + `"`
+	before := received()
+	const tasks = 20
+	for i := range tasks {
+		s := spec(t, fmt.Sprintf("big-%d", i), "work", 2, "default")
+		s.Payload = json.RawMessage(blob)
+		if got, err := c.Wait(ctx, mustSubmit(t, c, s)); err != nil || got.State != task.Succeeded {
+			t.Fatalf("task %d: %+v %v", i, got, err)
+		}
+	}
+	submitted := uint64(tasks * len(blob))
+	got := received() - before
+	t.Logf("submitted %d KiB, executors received %d KiB", submitted>>10, got>>10)
+	if got > 3*submitted {
+		t.Fatalf("executors received %d KiB for %d KiB submitted: idle executors get copies of the dispatches", got>>10, submitted>>10)
+	}
+}

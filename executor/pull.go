@@ -34,14 +34,15 @@ const busyProbe = 200 * time.Millisecond
 // appears on an idle level — a P0 behind a P5 backlog — is taken in the next
 // round; then the rest is shared among levels with work by their weights.
 // When a round finds nothing the puller sleeps on a core subscription to
-// task.ready.<capability>.* (the doorbell, woken by the next publish) instead
-// of polling, re-checking every IdleProbe for redeliveries.
+// ax.bell.<capability>.* (the doorbell: an empty message the orchestrators
+// publish after dispatching on a level) instead of polling, re-checking
+// every IdleProbe for redeliveries.
 //
 // The doorbell stays armed while rounds take less than they could (a
 // moderate rate: each wake-up fetches the levels it rang for, a request or
 // two per task instead of a probe of every level), and is dropped when a
 // round fills the free capacity (a backlog: pulls find work without it, and
-// it would cost a message per task). While it is armed, publishes ring it,
+// it would cost a message per ring). While it is armed, dispatches ring it,
 // so levels last seen empty are probed only every busyProbe, for what
 // arrives without a publish (redeliveries).
 type puller struct {
@@ -266,8 +267,8 @@ func (p *puller) backoff(ctx context.Context, err error) {
 }
 
 func (p *puller) arm() bool {
-	sub, err := p.e.nc.Subscribe(subject.ReadyCapability(p.capability), func(m *nats.Msg) {
-		if lvl, ok := subject.ReadyLevel(m.Subject); ok {
+	sub, err := p.e.nc.Subscribe(subject.BellCapability(p.capability), func(m *nats.Msg) {
+		if lvl, ok := subject.BellLevel(m.Subject); ok {
 			p.rung.Or(1 << lvl)
 		}
 		select {

@@ -248,6 +248,7 @@ func (o *Orchestrator) publishDispatch(ctx context.Context, t task.Task, rev uin
 		}
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
+	o.bells.ring(t.Capability, t.PriorityLevel())
 	if sweep {
 		if err := o.sweeps.add(ctx, t, ""); err != nil {
 			return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)

@@ -68,6 +68,8 @@ type Orchestrator struct {
 	ready, leases jetstream.Stream
 	// held is AX_HELD: the markers of tasks waiting for a slot.
 	held jetstream.Stream
+	// bells rings the doorbells of the levels dispatched on (bell.go).
+	bells *bells
 	// sweeps batches the reconciler's looks at dispatched tasks.
 	sweeps *sweepBatcher
 	// levels remembers ready levels recently found holding dispatches.
@@ -136,7 +138,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, dispatched: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), dispatched: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
 	if c.FairWindow > 0 {

@@ -281,7 +281,7 @@ func orchestrator(objects []string) Permissions {
 	p.Publish.Allow = append(p.Publish.Allow,
 		subject.ReadyAll, subject.CompletedAll, // dispatches; poison re-drives of reports
 		subject.TaskAll, subject.TimerAll, subject.FireAll, subject.CommandAll, subject.DLQAll,
-		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll,
+		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll, subject.BellAll,
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
 		subject.SlotWaitAll,  // tasks waiting for a concurrency slot (AX_HELD)
@@ -325,7 +325,7 @@ func executor(capabilities, types, objects []string) Permissions {
 		// replace or roll up.
 		p.Publish.Allow = append(p.Publish.Allow, objPut(subject.ObjectBucket(c))...)
 		// The doorbell: a core subscription woken by new dispatches.
-		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.ReadyCapability(c))
+		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.BellCapability(c))
 	}
 	for _, t := range types {
 		p.Publish.Allow = append(p.Publish.Allow, withDirect(subject.Completed(t))...)

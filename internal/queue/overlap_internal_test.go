@@ -30,12 +30,13 @@ func TestOverlap(t *testing.T) {
 
 func TestFloors(t *testing.T) {
 	got := floors([]consumerView{
-		{name: "A", filters: []string{"q.a"}, ackFloor: 6},
-		{name: "A2", filters: []string{"q.a"}, ackFloor: 8},
-		{name: "B", filters: []string{"q.b"}, ackFloor: 2},
-		{name: "C", filters: []string{"q.c"}, ackFloor: 9},
-		{name: "W", filters: []string{"q.*"}, ackFloor: 4},
-		{name: "R", filters: []string{"r.x"}, ackFloor: 1},
+		{name: "A", filters: []string{"q.a"}, ackFloor: 6, ax: true},
+		{name: "A2", filters: []string{"q.a"}, ackFloor: 8, ax: true},
+		{name: "B", filters: []string{"q.b"}, ackFloor: 2, ax: true},
+		{name: "C", filters: []string{"q.c"}, ackFloor: 9, ax: true},
+		{name: "W", filters: []string{"q.*"}, ackFloor: 4, ax: true},
+		{name: "R", filters: []string{"r.x"}, ackFloor: 1, ax: true},
+		{name: "F", filters: []string{"f.x"}, ackFloor: 7}, // foreign, alone: never trimmed
 	})
 	want := map[string]uint64{"q.a": 4, "q.b": 2, "q.c": 4, "q.*": 2, "r.x": 1}
 	if len(got) != len(want) {
@@ -47,7 +48,7 @@ func TestFloors(t *testing.T) {
 		}
 	}
 	// A consumer without filters reads everything: it holds back every filter.
-	all := floors([]consumerView{{name: "A", filters: []string{"q.a"}, ackFloor: 6}, {name: "ALL", ackFloor: 3}})
+	all := floors([]consumerView{{name: "A", filters: []string{"q.a"}, ackFloor: 6, ax: true}, {name: "ALL", ackFloor: 3, ax: true}})
 	if all["q.a"] != 3 || all[">"] != 3 {
 		t.Fatalf("floors with a reader of everything: %v", all)
 	}

@@ -26,6 +26,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/internal/subject"
 )
 
 // consumerView is what trimming and counting need of one consumer.
@@ -34,6 +36,9 @@ type consumerView struct {
 	filters  []string // none: the whole stream
 	ackFloor uint64   // every message of its filters at or below is acknowledged
 	pending  uint64   // not yet delivered + delivered and not acknowledged
+	// ax marks one of AX's own durables (subject.IsQueueDurable): only
+	// those let a trim go ahead; any other consumer only holds it back.
+	ax bool
 }
 
 func consumers(ctx context.Context, st jetstream.Stream) ([]consumerView, error) {
@@ -45,7 +50,7 @@ func consumers(ctx context.Context, st jetstream.Stream) ([]consumerView, error)
 			f = append([]string{ci.Config.FilterSubject}, f...)
 		}
 		out = append(out, consumerView{name: ci.Name, filters: f, ackFloor: ci.AckFloor.Stream,
-			pending: ci.NumPending + uint64(max(ci.NumAckPending, 0))})
+			pending: ci.NumPending + uint64(max(ci.NumAckPending, 0)), ax: subject.IsQueueDurable(ci.Name)})
 	}
 	if err := lister.Err(); err != nil {
 		return nil, fmt.Errorf("list consumers of %s: %w", st.CachedInfo().Config.Name, err)
@@ -98,13 +103,18 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, done Trimm
 	return nil
 }
 
-// floors returns, for every consumer filter, the lowest acknowledgement
-// floor of the consumers whose filters overlap it ("" filters: the whole
-// stream, ">"). Two literal filters overlap only when equal, so only
-// wildcard filters are compared pairwise: a queue with thousands of
-// per-capability consumers costs a map, not a square.
+// floors returns, for every filter of one of AX's own durables, the
+// lowest acknowledgement floor of the consumers whose filters overlap it
+// ("" filters: the whole stream, ">"). Only AX's durables say what was
+// handled: a filter read by other consumers alone (an operator's viewer,
+// created with DeliverNew or AckNone, whose floor says nothing of what AX
+// handled) is never trimmed, and such a consumer overlapping AX's filter
+// only holds its trim back. Two literal filters overlap only when equal,
+// so only wildcard filters are compared pairwise: a queue with thousands
+// of per-capability consumers costs a map, not a square.
 func floors(cs []consumerView) map[string]uint64 {
 	own := map[string]uint64{} // per filter, the lowest floor of its own readers
+	handled := map[string]bool{} // filters one of AX's durables reads
 	var wild []string
 	for _, c := range cs {
 		filters := c.filters
@@ -112,6 +122,9 @@ func floors(cs []consumerView) map[string]uint64 {
 			filters = []string{">"}
 		}
 		for _, f := range filters {
+			if c.ax {
+				handled[f] = true
+			}
 			cur, seen := own[f]
 			if !seen || c.ackFloor < cur {
 				own[f] = c.ackFloor
@@ -121,8 +134,11 @@ func floors(cs []consumerView) map[string]uint64 {
 			}
 		}
 	}
-	out := make(map[string]uint64, len(own))
+	out := make(map[string]uint64, len(handled))
 	for f, floor := range own {
+		if !handled[f] {
+			continue
+		}
 		others := wild
 		if wildcard(f) {
 			others = slices.Collect(maps.Keys(own)) // a wildcard may cover any filter

@@ -67,6 +67,14 @@ func consume(t *testing.T, ctx context.Context, st jetstream.Stream, name, filte
 	}
 }
 
+// AX's own durables (subject.IsQueueDurable): only their progress lets a
+// trim go ahead.
+const (
+	durA = "ax-ready-a-p0"
+	durB = "ax-ready-b-p0"
+	durC = "ax-ready-c-p0"
+)
+
 func stored(t *testing.T, ctx context.Context, st jetstream.Stream) map[string]uint64 {
 	t.Helper()
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
@@ -80,8 +88,8 @@ func TestTrimRemovesWhatEveryReaderAcknowledged(t *testing.T) {
 	ctx, js, st := setup(t, jetstream.LimitsPolicy)
 	// a: 6 acknowledged in order. b: 8 delivered, the 3rd left unacknowledged
 	// (the floor stops below it). c: nobody reads it.
-	consume(t, ctx, st, "A", "q.a", 6, func(int) bool { return true })
-	consume(t, ctx, st, "B", "q.b", 8, func(i int) bool { return i != 2 })
+	consume(t, ctx, st, durA, "q.a", 6, func(int) bool { return true })
+	consume(t, ctx, st, durB, "q.b", 8, func(i int) bool { return i != 2 })
 
 	depth, err := queue.Depth(ctx, js, "Q")
 	if err != nil {
@@ -113,7 +121,7 @@ func TestTrimRemovesWhatEveryReaderAcknowledged(t *testing.T) {
 
 func TestTrimWaitsForEveryOverlappingReader(t *testing.T) {
 	ctx, js, st := setup(t, jetstream.LimitsPolicy)
-	consume(t, ctx, st, "A", "q.a", 10, func(int) bool { return true })
+	consume(t, ctx, st, durA, "q.a", 10, func(int) bool { return true })
 	// A second reader of everything that has read nothing holds q.a back.
 	consume(t, ctx, st, "ALL", "q.*", 0, nil)
 	if err := queue.Trim(ctx, js, "Q", queue.Trimmed{}); err != nil {
@@ -135,7 +143,7 @@ func TestTrimWaitsForEveryOverlappingReader(t *testing.T) {
 
 func TestTrimLeavesWorkQueueStreams(t *testing.T) {
 	ctx, js, st := setup(t, jetstream.WorkQueuePolicy)
-	consume(t, ctx, st, "A", "q.a", 5, func(int) bool { return true })
+	consume(t, ctx, st, durA, "q.a", 5, func(int) bool { return true })
 	if err := queue.Trim(ctx, js, "Q", queue.Trimmed{}); err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +163,48 @@ func TestPendingWithoutConsumerCountsStored(t *testing.T) {
 	if err != nil || n != 10 {
 		t.Fatalf("pending %d (%v), want 10 stored", n, err)
 	}
-	consume(t, ctx, st, "C", "q.c", 3, func(int) bool { return true })
-	if n, err = queue.Pending(ctx, st, "C", "q.c"); err != nil || n != 7 {
+	consume(t, ctx, st, durC, "q.c", 3, func(int) bool { return true })
+	if n, err = queue.Pending(ctx, st, durC, "q.c"); err != nil || n != 7 {
 		t.Fatalf("pending %d (%v), want 7", n, err)
+	}
+}
+
+// TestTrimIgnoresForeignReadersAlone: a consumer that is not one of AX's
+// durables (an operator's viewer created with DeliverNew, or AckNone) says
+// nothing about what AX handled. Read alone by such consumers, a subject
+// keeps every message; beside AX's durable it can only hold the trim back.
+func TestTrimIgnoresForeignReadersAlone(t *testing.T) {
+	ctx, js, st := setup(t, jetstream.LimitsPolicy)
+	for _, cfg := range []jetstream.ConsumerConfig{
+		{Durable: "viewer-new", FilterSubject: "q.a", AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverNewPolicy},
+		{Durable: "viewer-none", FilterSubject: "q.b", AckPolicy: jetstream.AckNonePolicy},
+	} {
+		c, err := st.CreateConsumer(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.AckPolicy == jetstream.AckNonePolicy {
+			batch, err := c.Fetch(10, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range batch.Messages() {
+			}
+		}
+	}
+	if err := queue.Trim(ctx, js, "Q", queue.Trimmed{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, ctx, st); got["q.a"] != 10 || got["q.b"] != 10 {
+		t.Fatalf("stored after a trim with only foreign readers: %v, want q.a and q.b untouched (10 each)", got)
+	}
+	// AX's durable on q.a acknowledges 6; the DeliverNew viewer's floor is
+	// past them all, so AX's floor decides.
+	consume(t, ctx, st, durA, "q.a", 6, func(int) bool { return true })
+	if err := queue.Trim(ctx, js, "Q", queue.Trimmed{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, ctx, st); got["q.a"] != 4 || got["q.b"] != 10 {
+		t.Fatalf("stored after AX acknowledged 6 of q.a: %v, want q.a 4, q.b 10", got)
 	}
 }

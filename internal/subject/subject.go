@@ -161,6 +161,7 @@ const (
 	HeldAll         = "ax.held.>"
 	AuditAll        = "ax.audit.>"
 	CancelSignalAll = "ax.signal.cancel.>"
+	BellAll         = "ax.bell.>"
 	FanInAll        = "ax.fanin.>"
 	EdgeAll         = "ax.edge.>"
 	CountAll        = "ax.count.>"
@@ -177,6 +178,7 @@ const (
 	dlqPrefix       = "ax.dlq."
 	rejectedPrefix  = "ax.rejected."
 	cancelPrefix    = "ax.signal.cancel."
+	bellPrefix      = "ax.bell."
 	claimPrefix     = "ax.claim."
 	statePrefix     = "ax.state."
 	directPrefix    = "ax.direct."
@@ -256,6 +258,52 @@ func ReadyLevel(subj string) (int, bool) {
 
 // ReadyCapability matches every priority level of a capability.
 func ReadyCapability(capability string) string { return readyPrefix + capability + ".*" }
+
+// Bell is the doorbell of a capability's priority level: an empty core
+// NATS message the orchestrators publish after dispatching on that level,
+// which wakes its idle executors (the dispatch itself never goes to them
+// over core NATS: a copy per idle executor would carry its payload).
+func Bell(capability string, priority int) string {
+	return bellPrefix + capability + ".p" + strconv.Itoa(priority)
+}
+
+// BellCapability matches the doorbells of every priority level of a capability.
+func BellCapability(capability string) string { return bellPrefix + capability + ".*" }
+
+// BellLevel returns the priority level of an ax.bell.<capability>.p<N> subject.
+func BellLevel(subj string) (int, bool) {
+	i := strings.LastIndex(subj, ".p")
+	if i < 0 || !strings.HasPrefix(subj, bellPrefix) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(subj[i+2:])
+	if err != nil || n < 0 || n >= Priorities {
+		return 0, false
+	}
+	return n, true
+}
+
+// IsQueueDurable reports whether name is one of the durable consumers AX
+// reads its queue streams with (AX_SUBMIT, AX_READY, AX_COMPLETED): the
+// orchestrators' intake and report consumers and the executors' ready
+// consumers. Only their progress says what AX handled (queue trimming).
+func IsQueueDurable(name string) bool {
+	switch {
+	case name == ConsumerSubmit, name == ConsumerCompleted:
+		return true
+	case strings.HasPrefix(name, ConsumerSubmit+"-p"):
+		n, err := strconv.Atoi(strings.TrimPrefix(name, ConsumerSubmit+"-p"))
+		return err == nil && n >= 0 && n < Priorities
+	case strings.HasPrefix(name, "ax-ready-"):
+		i := strings.LastIndex(name, "-p")
+		if i <= len("ax-ready-") {
+			return false
+		}
+		n, err := strconv.Atoi(name[i+2:])
+		return err == nil && n >= 0 && n < Priorities
+	}
+	return false
+}
 
 // ReadyConsumer is the durable pull consumer shared by the executors of a
 // capability for one priority level.
