@@ -293,7 +293,9 @@ func (o *Orchestrator) resolveWaiting(ctx context.Context, t task.Task, rev uint
 // resolveWaitingAfter is resolveWaiting reading the upstream first first:
 // the one whose end asks for it, so an end that decides the task alone
 // (an any_failed task's failed upstream) is not hidden behind an upstream
-// still running, at which a release check stops.
+// still running, at which a release check stops. With first set it runs in
+// that upstream's effects: a task it ends continues through its own
+// trigger (an immediate watch), not inside the upstream's handler.
 func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev uint64, register bool, first string) error {
 	rule := t.Trigger()
 	deps := t.DependsOn
@@ -382,6 +384,12 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 			return nil
 		}
 		newRev, err := o.write(ctx, t, rev, &next, reason)
+		if err == nil && first != "" && next.State.Terminal() {
+			// Moved by an upstream's end (this runs in that upstream's
+			// effects): its own effects — its dependents — run from its own
+			// message, so one message never walks the DAG below it.
+			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: next.ID, At: o.now(), Cascade: true})
+		}
 		if err == nil {
 			return o.ensureEffects(ctx, next, newRev)
 		}

@@ -39,6 +39,7 @@ type Store struct {
 	js      jetstream.JetStream
 	stream  jetstream.Stream
 	reads   atomic.Uint64
+	writes  atomic.Uint64
 	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 }
 
@@ -54,6 +55,10 @@ func (s *Store) UseCommitter(c *groupcommit.Committer) { s.publish = c.Publish }
 // Reads returns how many task records this Store has read: benchmarks and
 // tests use it to show how much reading a workload costs.
 func (s *Store) Reads() uint64 { return s.reads.Load() }
+
+// Writes returns how many events this Store has written (compare-and-sets
+// that succeeded): tests use it to bound the work one message causes.
+func (s *Store) Writes() uint64 { return s.writes.Load() }
 
 // New binds a Store to the AX_TASKS stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
@@ -147,6 +152,7 @@ func (s *Store) Write(ctx context.Context, ev task.Event, expected uint64) (uint
 		}
 		return 0, fmt.Errorf("write task %s %s->%s: %w", ev.Task.ID, ev.From, ev.To, err)
 	}
+	s.writes.Add(1)
 	return ack.Sequence, nil
 }
 

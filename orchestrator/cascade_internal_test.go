@@ -1,0 +1,120 @@
+package orchestrator
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ax-run/ax/sdk"
+	"github.com/ax-run/ax/task"
+)
+
+// TestTriggerReleaseDoesNotRecurse: an upstream's end moves its direct
+// dependents only; a dependent it ends continues through its own trigger.
+// Here the upstream succeeds, its any_failed children are cancelled ("no
+// upstream failed"), and their any_failed grandchildren may then run: the
+// upstream's effects write the children alone (the grandchildren used to
+// be moved inside the same handler: 256 children × 256 grandchildren was
+// about 65,000 writes for one message), and every grandchild is still
+// released, by its parent's own message.
+func TestTriggerReleaseDoesNotRecurse(t *testing.T) {
+	t.Parallel()
+	nc := internalConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = o.Stop(ctx)
+	})
+	c, err := sdk.New(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const children, grandchildren = 8, 8
+	spec := func(id string, rule task.TriggerRule, deps ...string) task.Spec {
+		s, _ := task.New("work", nil)
+		s.ID, s.Capability, s.DependsOn = id, "nobody", deps
+		if len(deps) > 0 {
+			s.TriggerRule = rule
+		}
+		return s
+	}
+	graph := []task.Spec{spec("up", "")}
+	for i := range children {
+		child := fmt.Sprintf("child-%d", i)
+		graph = append(graph, spec(child, task.TriggerAnyFailed, "up"))
+		for j := range grandchildren {
+			graph = append(graph, spec(fmt.Sprintf("grand-%d-%d", i, j), task.TriggerAnyFailed, child))
+		}
+	}
+	if _, err := c.SubmitGraph(ctx, graph); err != nil {
+		t.Fatal(err)
+	}
+	last := graph[len(graph)-1].ID
+	for {
+		if g, _, err := o.store.Get(ctx, last); err == nil && g.State == task.Waiting {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the graph was not created")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// The upstream's outcome, as its report would write it, then its
+	// effects, applied by an orchestrator of its own (set up, not consuming)
+	// so that its writes are the upstream's handler's alone: the running
+	// one handles the messages those effects arm.
+	h, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.runCtx = ctx
+	if err := h.setup(ctx, h.loops()); err != nil {
+		t.Fatal(err)
+	}
+	h.sweeps = newSweepBatcher(h)
+	h.bg.Add(1)
+	go h.sweeps.run(ctx)
+	up, rev, err := h.store.Get(ctx, "up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := h.finished(up, task.Succeeded)
+	newRev, err := h.write(ctx, up, rev, next, "attempt 1 succeeded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := h.store.Writes()
+	if err := h.ensureEffects(ctx, *next, newRev); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.store.Writes() - before; n > children {
+		t.Fatalf("the upstream's effects wrote %d records; want at most its %d direct dependents", n, children)
+	}
+	for i := range children {
+		for j := range grandchildren {
+			id := fmt.Sprintf("grand-%d-%d", i, j)
+			for {
+				g, _, err := o.store.Get(ctx, id)
+				if err == nil && g.State == task.Ready {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatalf("%s not released after its parent was cancelled: %+v %v", id, g, err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
