@@ -113,7 +113,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, done Trimm
 // so only wildcard filters are compared pairwise: a queue with thousands
 // of per-capability consumers costs a map, not a square.
 func floors(cs []consumerView) map[string]uint64 {
-	own := map[string]uint64{} // per filter, the lowest floor of its own readers
+	own := map[string]uint64{}   // per filter, the lowest floor of its own readers
 	handled := map[string]bool{} // filters one of AX's durables reads
 	var wild []string
 	for _, c := range cs {
