@@ -100,15 +100,6 @@ func TestOrchestratorKill9(t *testing.T) {
 // come back, as if never delivered. AX must absorb that.
 func TestServerRestart(t *testing.T) { serverRestart(t, nil) }
 
-// TestServerRestartReadyInMemory is TestServerRestart with AX_READY in
-// memory: each restart empties it, the orchestrator creates it again and
-// fires the reconciler's looks, which dispatch again every ready task whose
-// dispatch was lost (with the default reconciler intervals: within the
-// test's time only through those looks).
-func TestServerRestartReadyInMemory(t *testing.T) {
-	serverRestart(t, []string{"--ready-in-memory"}, "--ready-in-memory")
-}
-
 // TestServerRestartGroupCommit is TestServerRestart with group commit on
 // (`ax topology --group-commit`): the orchestrator's record writes and the
 // producer's larger submission batches go as atomic batches, some of them
@@ -192,11 +183,6 @@ func serverRestart(t *testing.T, topologyArgs []string, orchestratorArgs ...stri
 
 	waitAllTerminal(t, js, w, allTerminalTimeoutRestart)
 	checkWorkload(t, cl, js, w)
-	if slices.Contains(orchestratorArgs, "--ready-in-memory") {
-		// The restarts did empty it: the orchestrator created it again.
-		waitLog(t, c, "orch-1", "AX_READY was gone")
-	}
-
 }
 
 // TestExecutorKill9 kills a worker in the middle of a task: another worker
@@ -323,7 +309,7 @@ func TestServerAndExecutorKill9(t *testing.T) {
 	// ax.task.<id>, which a core subscription sees as it is stored.
 	const victim = "victim"
 	claimed := make(chan struct{}, 1)
-	sub, err := nc.Subscribe(subject.Task(victim), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(subject.TaskHistory(victim), func(m *nats.Msg) {
 		var ev task.Event
 		if json.Unmarshal(m.Data, &ev) == nil && ev.To == task.Running {
 			select {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/task"
 )
 
@@ -71,15 +71,11 @@ func queuedRSS(t *testing.T, n, payload int) int64 {
 	}
 	js, _ := jetstream.New(cl.Conn())
 	eventually(t, 20*time.Minute, fmt.Sprintf("%d dispatches stored", n), func() (bool, string) {
-		ready, err := js.Stream(ctx, subject.StreamReady)
+		stored, err := queue.ReadyDepth(ctx, js)
 		if err != nil {
 			return false, err.Error()
 		}
-		info, err := ready.Info(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		return info.State.Msgs >= uint64(n), fmt.Sprintf("%d stored", info.State.Msgs)
+		return stored >= uint64(n), fmt.Sprintf("%d stored", stored)
 	})
 	n64 := rss(t, orch.pid())
 	orch.term()

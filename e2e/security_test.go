@@ -24,6 +24,7 @@ import (
 	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/permission"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -287,28 +288,29 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 
 	step("producer writes a record", func() {
 		before := history("email-noop-02")
-		refused("producer", "Publish", subject.Task("email-noop-02"), func(ctx context.Context) error {
-			_, err := prodJS.Publish(ctx, subject.Task("email-noop-02"), []byte(`{"kind":"transition"}`))
+		refused("producer", "Publish", subject.TaskEvents("email-noop-02"), func(ctx context.Context) error {
+			_, err := prodJS.Publish(ctx, subject.TaskEvents("email-noop-02"), []byte(`{"kind":"transition"}`))
 			return err
 		})
 		if after := history("email-noop-02"); after != before {
 			t.Fatalf("history of email-noop-02 grew from %d to %d events", before, after)
 		}
 	})
-	step("producer forges a dispatch, a report, a cancel signal, or reads the queues", func() {
-		refused("producer", "Publish", subject.Ready("email", 0), func(ctx context.Context) error {
-			_, err := prodJS.Publish(ctx, subject.Ready("email", 0), []byte(`{}`))
+	step("producer forges a dispatch, a report, a revocation, or reads the queues", func() {
+		refused("producer", "Publish", subject.TaskDispatch("email-noop-03", "email", 0, demo.TypeNoop), func(ctx context.Context) error {
+			_, err := prodJS.Publish(ctx, subject.TaskDispatch("email-noop-03", "email", 0, demo.TypeNoop), []byte(`{}`))
 			return err
 		})
 		refused("producer", "Publish", subject.Completed(demo.TypeNoop), func(ctx context.Context) error {
 			_, err := prodJS.Publish(ctx, subject.Completed(demo.TypeNoop), []byte(`{}`))
 			return err
 		})
-		refusedPub(prodNC, "producer", subject.CancelSignal("email-noop-03"), nil)
+		refusedPub(prodNC, "producer", "$KV."+subject.BucketRevoked+"."+subject.RevokedKey("email", "email-noop-03"), nil)
 		refusedPub(prodNC, "producer", subject.Command(subject.CommandCancel, "email-noop-03"), nil) // not granted cancel
 		refusedPub(prodNC, "producer", subject.CommandAs("producer", subject.CommandCancel, "email-noop-03"), nil)
-		refused("producer", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.steal.task.ready.email.p2", func(ctx context.Context) error {
-			_, err := prodJS.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{Durable: "steal", FilterSubject: subject.Ready("email", 2)})
+		// The executors' ready consumers are theirs.
+		refused("producer", "Publish", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-email-p2", func(ctx context.Context) error {
+			_, err := prodNC.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-email-p2", []byte(`{"batch":1}`))
 			return err
 		})
 		refused("producer", "Publish", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-mirror", func(ctx context.Context) error {
@@ -373,31 +375,39 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 			}
 		}
 	})
-	step("email executor takes pdf's dispatches", func() {
-		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-pdf-p2.task.ready.pdf.p2", func(ctx context.Context) error {
-			_, err := emailJS.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
-				Durable: subject.ReadyConsumer("pdf", 2), FilterSubject: subject.Ready("pdf", 2), AckPolicy: jetstream.AckExplicitPolicy})
+	step("email executor takes pdf's dispatches, or reads task histories", func() {
+		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-pdf-p2."+subject.DispatchFilter("pdf", 2), func(ctx context.Context) error {
+			_, err := emailJS.CreateOrUpdateConsumer(ctx, subject.StreamTasks, topology.ReadyConsumer("pdf", 2, 0))
 			return err
 		})
 		// Its own consumer's name with pdf's filter (which would steal
 		// pdf's work into email's consumer).
-		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p2.task.ready.pdf.p2", func(ctx context.Context) error {
-			_, err := emailJS.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
-				Durable: subject.ReadyConsumer("email", 2), FilterSubject: subject.Ready("pdf", 2), AckPolicy: jetstream.AckExplicitPolicy})
+		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p2."+subject.DispatchFilter("pdf", 2), func(ctx context.Context) error {
+			cfg := topology.ReadyConsumer("email", 2, 0)
+			cfg.FilterSubject = subject.DispatchFilter("pdf", 2)
+			_, err := emailJS.CreateOrUpdateConsumer(ctx, subject.StreamTasks, cfg)
 			return err
 		})
-		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p2", func(ctx context.Context) error {
+		refused("executor-email", "Publish", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p2", func(ctx context.Context) error {
 			// The filter only in the body.
-			_, err := emailNC.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p2",
-				[]byte(`{"stream_name":"AX_READY","config":{"durable_name":"ax-ready-email-p2","filter_subject":"task.ready.pdf.p2","ack_policy":"explicit"}}`))
+			_, err := emailNC.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p2",
+				[]byte(`{"stream_name":"AX_TASKS","config":{"durable_name":"ax-ready-email-p2","filter_subject":"ax.task.>","ack_policy":"explicit"}}`))
 			return err
 		})
-		refused("executor-email", "Publish", "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-pdf-p2", func(ctx context.Context) error {
-			_, err := emailNC.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-pdf-p2", []byte(`{"batch":1}`))
+		refused("executor-email", "Publish", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-pdf-p2", func(ctx context.Context) error {
+			_, err := emailNC.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-pdf-p2", []byte(`{"batch":1}`))
+			return err
+		})
+		// A dispatch holds its execution's token: executors read no history.
+		refused("executor-email", "Publish", "$JS.API.STREAM.MSG.GET.AX_TASKS", func(ctx context.Context) error {
+			tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
+			if err != nil {
+				return err
+			}
+			_, err = tasks.GetLastMsgForSubject(ctx, subject.TaskHistory("pdf-flaky"))
 			return err
 		})
 		refusedSub(emailNC, "executor-email", subject.BellCapability("pdf"))
-		refusedSub(emailNC, "executor-email", subject.ReadyCapability("pdf"))
 		refusedSub(emailNC, "executor-email", subject.ReplyInbox+".>")
 		refusedSub(emailNC, "executor-email", permission.User{Name: "executor-pdf"}.InboxPrefix()+".>")
 	})
@@ -407,8 +417,8 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		refusedPub(emailNC, "executor-email", subject.Lease("pdf", "pdf-flaky"), []byte(`{}`))
 		refusedPub(emailNC, "executor-email", subject.LegacyLease("pdf-flaky"), []byte(`{}`))
 		before := history("pdf-flaky")
-		refused("executor-email", "Publish", subject.Task("pdf-flaky"), func(ctx context.Context) error {
-			_, err := emailJS.Publish(ctx, subject.Task("pdf-flaky"), []byte(`{"kind":"transition"}`))
+		refused("executor-email", "Publish", subject.TaskEvents("pdf-flaky"), func(ctx context.Context) error {
+			_, err := emailJS.Publish(ctx, subject.TaskEvents("pdf-flaky"), []byte(`{"kind":"transition"}`))
 			return err
 		})
 		if after := history("pdf-flaky"); after != before {
@@ -421,11 +431,13 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		submit("pdf-unclaimed", demo.TypeFlaky, "pdf", demo.Params{Label: "claimed by pdf"}, nil)
 		want["pdf-unclaimed"] = task.Succeeded
 		waitState(t, ctx, prod, "pdf-unclaimed", task.Ready)
-		tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
+		// Its execution id, as the email executor might learn it (it cannot
+		// read the record itself).
+		tasks, err := orcJS.Stream(ctx, subject.StreamTasks)
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := tasks.GetLastMsgForSubject(ctx, subject.Task("pdf-unclaimed"))
+		raw, err := tasks.GetLastMsgForSubject(ctx, subject.TaskHistory("pdf-unclaimed"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,14 +469,15 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		// Ready (dispatched under its execution id) while it runs: an
 		// attempt is marked running only after a heartbeat.
 		waitState(t, ctx, prod, "pdf-long", task.Ready)
-		// An executor reads any task's record, its execution id included.
-		tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
+		// Its execution id, as the email executor might learn it (it cannot
+		// read the record itself: the step above).
+		tasks, err := orcJS.Stream(ctx, subject.StreamTasks)
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := tasks.GetLastMsgForSubject(ctx, subject.Task("pdf-long"))
+		raw, err := tasks.GetLastMsgForSubject(ctx, subject.TaskHistory("pdf-long"))
 		if err != nil {
-			t.Fatalf("the email executor reads pdf-long's record: %v", err)
+			t.Fatalf("pdf-long's record: %v", err)
 		}
 		var ev task.Event
 		if err := json.Unmarshal(raw.Data, &ev); err != nil {
@@ -497,11 +510,11 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		submit("email-held", demo.TypeSleep, "email", demo.Params{Sleep: "4s", Label: "slept"}, nil)
 		want["email-held"] = task.Succeeded
 		waitState(t, ctx, prod, "email-held", task.Running)
-		tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
+		tasks, err := orcJS.Stream(ctx, subject.StreamTasks)
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, err := tasks.GetLastMsgForSubject(ctx, subject.Task("email-held"))
+		raw, err := tasks.GetLastMsgForSubject(ctx, subject.TaskHistory("email-held"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -587,8 +600,8 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		refused("executor-email", "Publish", "$JS.API.STREAM.DELETE."+subject.StreamTasks, func(ctx context.Context) error {
 			return emailJS.DeleteStream(ctx, subject.StreamTasks)
 		})
-		refused("executor-email", "Publish", "$JS.API.STREAM.UPDATE."+subject.StreamReady, func(ctx context.Context) error {
-			_, err := emailJS.UpdateStream(ctx, jetstream.StreamConfig{Name: subject.StreamReady, Subjects: []string{subject.ReadyAll}, MaxMsgs: 1})
+		refused("executor-email", "Publish", "$JS.API.STREAM.UPDATE."+subject.StreamTasks, func(ctx context.Context) error {
+			_, err := emailJS.UpdateStream(ctx, jetstream.StreamConfig{Name: subject.StreamTasks, Subjects: []string{subject.TaskAll}, MaxMsgs: 1})
 			return err
 		})
 		refused("executor-email", "Publish", "$JS.API.STREAM.PURGE."+subject.StreamTasks, func(ctx context.Context) error {
@@ -598,11 +611,8 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		refused("executor-email", "Publish", "$JS.API.CONSUMER.DELETE.AX_SUBMIT."+subject.ConsumerSubmit, func(ctx context.Context) error {
 			return emailJS.DeleteConsumer(ctx, subject.StreamSubmit, subject.ConsumerSubmit)
 		})
-		for _, s := range []string{subject.StreamTasks, subject.StreamReady} {
-			info, err := orcJS.Stream(ctx, s)
-			if err != nil || (s == subject.StreamReady && info.CachedInfo().Config.MaxMsgs == 1) {
-				t.Fatalf("stream %s after the executor's attempts: %v", s, err)
-			}
+		if info, err := orcJS.Stream(ctx, subject.StreamTasks); err != nil || info.CachedInfo().Config.MaxMsgs == 1 {
+			t.Fatalf("stream %s after the executor's attempts: %v", subject.StreamTasks, err)
 		}
 		if _, err := orcJS.Stream(ctx, "EVIL"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 			t.Fatalf("stream EVIL: %v; want not found", err)
@@ -610,23 +620,22 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	})
 	step("mirror writes", func() {
 		mirNC := sec.connect("mirror")
-		refusedPub(mirNC, "mirror", subject.Task("email-noop-04"), []byte(`{}`))
+		refusedPub(mirNC, "mirror", subject.TaskEvents("email-noop-04"), []byte(`{}`))
 		refused("mirror", "Publish", "$JS.API.STREAM.PURGE."+subject.StreamTasks, func(ctx context.Context) error {
 			_, err := mirNC.RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+subject.StreamTasks, nil)
 			return err
 		})
 	})
-	step("forged cancel signal", func() {
+	step("forged revocation", func() {
 		submit("email-long", demo.TypeSleep, "email", demo.Params{Sleep: "8s", Label: "not cancelled"}, nil)
 		want["email-long"] = task.Succeeded
 		waitState(t, ctx, prod, "email-long", task.Running)
-		refusedPub(emailNC, "executor-email", subject.CancelSignal("email-long"), nil)
-		// A signal NATS lets through (here from the orchestrator's user):
-		// the executor reads the record, which is not cancelled.
-		if err := orcNC.Publish(subject.CancelSignal("email-long"), nil); err != nil {
-			t.Fatal(err)
-		}
-		waitLog(t, c, "worker-email", "ignoring a cancel signal for a task that is not cancelled")
+		// Only orchestrators revoke an execution (an executor acts on a
+		// revocation without asking): neither an executor nor a producer
+		// may write AX_REVOKED.
+		forged := "$KV." + subject.BucketRevoked + "." + subject.RevokedKey("email", "email-long")
+		refusedPub(emailNC, "executor-email", forged, []byte(`{}`))
+		refusedPub(prodNC, "producer", forged, []byte(`{}`))
 		if got, err := prod.Wait(ctx, "email-long"); err != nil || got.State != task.Succeeded {
 			t.Fatalf("email-long: %+v, %v; want succeeded", got, err)
 		}
@@ -643,7 +652,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		waitState(t, ctx, prod, "reply-target", task.Ready)
 		before := history("email-noop-05")
 		msg := nats.NewMsg(subject.CommandAs("operator", subject.CommandCancel, "reply-target"))
-		msg.Header.Set(subject.HeaderReplyTo, subject.Task("email-noop-05"))
+		msg.Header.Set(subject.HeaderReplyTo, subject.TaskEvents("email-noop-05"))
 		if _, err := js(opNC).PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)
 		}
@@ -696,7 +705,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	}
 	for _, capability := range []string{"email", "pdf"} {
 		for lvl := range subject.Priorities {
-			waitDrained(t, ctx, orcJS, subject.StreamReady, subject.ReadyConsumer(capability, lvl), 30*time.Second,
+			waitDrained(t, ctx, orcJS, subject.StreamTasks, subject.ReadyConsumer(capability, lvl), 30*time.Second,
 				"the ready queue of "+capability)
 		}
 	}

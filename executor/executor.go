@@ -15,8 +15,6 @@ import (
 	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/object"
-	"github.com/ax-run/ax/internal/store"
-	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
 )
 
@@ -31,12 +29,12 @@ type Executor struct {
 	log     *slog.Logger
 	metrics Metrics
 	// The streams the executor uses, bound by the first Start and kept:
-	// store holds the task records; fanin reads shards' outcomes for
-	// aggregators; objects binds the object stores of plans and large
-	// results, each capability's when first used. (Leases are only
-	// written here; the orchestrator reads them when it decides a
-	// takeover.)
-	store   *store.Store
+	// fanin reads shards' outcomes for aggregators; objects binds the
+	// object stores of plans and large results, each capability's when
+	// first used. (Task records are not read here: dispatches are the
+	// ready records, and inputs are asked of the orchestrators. Leases
+	// are only written here; the orchestrator reads them when it decides
+	// a takeover.)
 	fanin   *fanin.Markers
 	objects *object.Stores
 
@@ -78,12 +76,9 @@ type session struct {
 	hardStopFn context.CancelFunc
 	pullers    sync.WaitGroup
 	runs       sync.WaitGroup
-	cancelSub  *nats.Subscription
-	// signals owns the checks of cancel signals (cancelRunning); none
-	// starts once signalsDone is set.
-	signals     sync.WaitGroup
-	signalsMu   sync.Mutex
-	signalsDone bool
+	// revocations follows the executions the orchestrators revoked
+	// (revoked.go).
+	revocations revocations
 
 	runningMu sync.Mutex
 	running   map[string]*execution // by task id
@@ -189,30 +184,20 @@ func (e *Executor) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("executor: %w", err)
 	}
-	sub, err := e.nc.Subscribe(subject.CancelSignalAll, func(m *nats.Msg) {
-		s.signalsMu.Lock()
-		defer s.signalsMu.Unlock()
-		if s.signalsDone {
-			return
-		}
-		s.signals.Add(1)
-		go func() {
-			defer s.signals.Done()
-			e.cancelRunning(s, subject.TaskIDFromCancelSignal(m.Subject))
-		}()
-	})
-	if err != nil {
-		return fmt.Errorf("executor: subscribe to cancel signals: %w", err)
+	err = topology.Retry(startCtx, func(ctx context.Context) error { return e.watchRevocations(ctx, s) },
+		func(err error, wait time.Duration) {
+			e.log.Warn("cannot watch the revoked executions yet; waiting", "error", err, "retry_in", wait)
+		})
+	if err != nil && stopped() {
+		return fmt.Errorf("executor: start: %w", ErrStopped)
 	}
-	s.cancelSub = sub
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if stopped() {
-		_ = sub.Unsubscribe()
-		s.signalsMu.Lock()
-		s.signalsDone = true
-		s.signalsMu.Unlock()
-		s.signals.Wait()
+		e.stopRevocations(s)
 		return fmt.Errorf("executor: start: %w", ErrStopped)
 	}
 	s.hardStop, s.hardStopFn = context.WithCancel(context.WithoutCancel(ctx))
@@ -236,16 +221,12 @@ func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 	if err := topology.Check(ctx, e.js); err != nil {
 		return nil, err
 	}
-	if e.store == nil {
-		st, err := store.New(ctx, e.js)
-		if err != nil {
-			return nil, err
-		}
+	if e.fanin == nil {
 		fi, err := fanin.New(ctx, e.js)
 		if err != nil {
 			return nil, err
 		}
-		e.store, e.fanin, e.objects = st, fi, object.New(e.js)
+		e.fanin, e.objects = fi, object.New(e.js)
 	}
 	var pullers []*puller
 	for _, capability := range e.cfg.Capabilities {
@@ -314,11 +295,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 		e.abandonRunning(s)
 		err = fmt.Errorf("executor: stop: %w", ctx.Err())
 	}
-	_ = s.cancelSub.Unsubscribe()
-	s.signalsMu.Lock()
-	s.signalsDone = true
-	s.signalsMu.Unlock()
-	s.signals.Wait()
+	e.stopRevocations(s)
 	s.hardStopFn()
 	// Acks are asynchronous: send them before the caller closes.
 	if err := e.nc.FlushTimeout(flushTimeout(ctx)); err != nil && !e.nc.IsClosed() {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
@@ -35,12 +36,8 @@ func queueReady(t *testing.T, c *sdk.Client, nc *nats.Conn, specs []task.Spec) {
 	}
 	js, _ := jetstream.New(nc)
 	testenv.Eventually(t, 5*time.Minute, "all tasks dispatched", func() bool {
-		st, err := js.Stream(ctx, subject.StreamReady)
-		if err != nil {
-			return false
-		}
-		info, err := st.Info(ctx)
-		return err == nil && info.State.Msgs >= uint64(len(specs))
+		n, err := queue.ReadyDepth(ctx, js)
+		return err == nil && n >= uint64(len(specs))
 	})
 }
 
@@ -481,14 +478,19 @@ func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
 			d = task.Dispatch{Task: ev.Event.Task, Revision: ev.Revision, Token: testenv.Token(t, nc, "long-1", ev.Event.Task.ExecutionID)}
 		}
 	}
-	data, _ := json.Marshal(d)
-	publishCopy := func() {
-		js, _ := jetstream.New(nc)
-		if _, err := js.Publish(ctx, subject.Ready("default", 2), data, jetstream.WithMsgID("copy-of-"+d.ExecutionID)); err != nil {
-			t.Fatal(err)
-		}
+	// Another executor that was delivered the same dispatch again (its
+	// redelivery) asks to take it over: refused while the running one's
+	// lease lives.
+	data, _ := json.Marshal(task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
+		Executor: "other", StartedAt: time.Now(), Delivered: 2, Token: d.Token})
+	msg, err := nc.RequestWithContext(ctx, subject.Claim("default"), data)
+	if err != nil {
+		t.Fatal(err)
 	}
-	publishCopy()
+	var rep task.ClaimReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Status != task.ClaimRunningElsewhere {
+		t.Fatalf("a redelivery's claim while the execution runs on a live executor: %s %+v %v", msg.Data, rep, err)
+	}
 	got, err := c.Wait(ctx, "long-1")
 	if err != nil || got.State != task.Succeeded {
 		t.Fatalf("%+v, %v", got, err)
@@ -502,14 +504,23 @@ func TestDispatchCopyDoesNotTakeOverLiveExecutor(t *testing.T) {
 }
 
 // TestDeletedReadyConsumerIsRecreated: an executor whose ready consumer was
-// deleted (by hand, or lost) creates it again instead of idling for ever.
+// deleted (by hand, or lost) creates it again instead of idling for ever,
+// and a dispatch stored while it was missing (a consumer created again
+// delivers only what comes after it) is found by the reconciler and
+// dispatched again.
 func TestDeletedReadyConsumerIsRecreated(t *testing.T) {
 	t.Parallel()
-	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{IdleProbe: 200 * time.Millisecond})
+	_, _, c := testenv.Stack(t, orchestrator.Config{ReconcileInterval: 500 * time.Millisecond, RunGrace: time.Second},
+		executor.Config{IdleProbe: 200 * time.Millisecond})
 	ctx := testenv.Context(t, time.Minute)
+	warm, _ := task.New("ok", nil)
+	warm.ID = "before-consumer-deleted"
+	if got, err := c.Wait(ctx, mustSubmit(t, c, warm)); err != nil || got.State != task.Succeeded {
+		t.Fatalf("%s: %+v %v", warm.ID, got, err)
+	}
 	js, _ := jetstream.New(c.Conn())
 	for lvl := range task.Levels {
-		if err := js.DeleteConsumer(ctx, subject.StreamReady, subject.ReadyConsumer(task.DefaultCapability, lvl)); err != nil {
+		if err := js.DeleteConsumer(ctx, subject.StreamTasks, subject.ReadyConsumer(task.DefaultCapability, lvl)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -571,11 +582,7 @@ func TestRedeliveryFoundWhileTheDoorbellRings(t *testing.T) {
 	// as an executor that hands it back with a delay would.
 	queueReady(t, c, nc, []task.Spec{spec(t, "urgent", "work", 0, "default")})
 	js, _ := jetstream.New(nc)
-	cons, err := js.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
-		Durable: subject.ReadyConsumer("default", 0), FilterSubject: subject.Ready("default", 0),
-		AckPolicy: jetstream.AckExplicitPolicy, AckWait: 30 * time.Second, MaxAckPending: 65536,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
+	cons, err := js.Consumer(ctx, subject.StreamTasks, subject.ReadyConsumer("default", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,7 +645,7 @@ func countPulls(t *testing.T, url string) *atomic.Int64 {
 	t.Helper()
 	spy := testenv.Conn(t, url)
 	var pulls atomic.Int64
-	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamReady+".>", func(*nats.Msg) { pulls.Add(1) })
+	sub, err := spy.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+subject.StreamTasks+".ax-ready-*", func(*nats.Msg) { pulls.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -650,11 +657,12 @@ func countPulls(t *testing.T, url string) *atomic.Int64 {
 }
 
 // TestDoorbellCarriesNoPayload: idle executors are woken by an empty
-// doorbell, not by a copy of every dispatch. Four idle executors and
-// twenty tasks of 100 KiB each: the executors together receive about what
-// was submitted (each dispatch once to the executor that runs it, and its
-// record read), not four copies more (the doorbell subscribed to the
-// dispatch subjects: about six times what was submitted).
+// doorbell, not by a copy of every dispatch, and read no record before
+// running one. Four idle executors and twenty tasks of 100 KiB each: the
+// executors together receive about what was submitted (each dispatch once,
+// to the executor that runs it), not four copies more (the doorbell
+// subscribed to the dispatch subjects, and every dispatch's record was read
+// again: about six times what was submitted).
 func TestDoorbellCarriesNoPayload(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
@@ -668,6 +676,11 @@ func TestDoorbellCarriesNoPayload(t *testing.T) {
 		}
 		ex.HandleFunc("work", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 		testenv.Start(t, ex)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = ex.Stop(ctx)
+		})
 		conns = append(conns, nc)
 	}
 	c := testenv.Client(t, srv.URL())
@@ -691,7 +704,7 @@ func TestDoorbellCarriesNoPayload(t *testing.T) {
 	submitted := uint64(tasks * len(blob))
 	got := received() - before
 	t.Logf("submitted %d KiB, executors received %d KiB", submitted>>10, got>>10)
-	if got > 3*submitted {
+	if got > submitted*3/2 {
 		t.Fatalf("executors received %d KiB for %d KiB submitted: idle executors get copies of the dispatches", got>>10, submitted>>10)
 	}
 }

@@ -3,13 +3,14 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/ax-run/ax/internal/inputs"
 	"github.com/ax-run/ax/internal/object"
-	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
 
@@ -29,20 +30,48 @@ var ErrUpstreamNotSucceeded = inputs.ErrNotSucceeded
 // object and its store.
 var ErrDigestMismatch = object.ErrDigestMismatch
 
-// jobInputs reads a job's inputs when its handler asks, once per attempt.
+// jobInputs reads a job's inputs when its handler asks, once per attempt:
+// from the orchestrators (executors do not read task records), for the
+// holder of the execution's token.
 type jobInputs struct {
-	store   *store.Store
+	read    func(ctx context.Context) ([]task.Input, error)
 	objects *object.Stores
 
-	mu   sync.Mutex
-	read []task.Input // nil until read
+	mu     sync.Mutex
+	inputs []task.Input // nil until read
 }
 
 // bindInputs gives job its task's upstreams and the means to read them.
 // Nothing is read until the handler asks.
-func (e *Executor) bindInputs(job *Job, t task.Task) {
+func (e *Executor) bindInputs(job *Job, t task.Task, token string) {
 	job.DependsOn = t.DependsOn
-	job.inputs = &jobInputs{store: e.store, objects: e.objects}
+	job.inputs = &jobInputs{objects: e.objects, read: func(ctx context.Context) ([]task.Input, error) {
+		return e.askInputs(ctx, t, token)
+	}}
+}
+
+// askInputs asks the orchestrators for the inputs of d's task
+// (task.InputsRequest on ax.inputs.<capability>).
+func (e *Executor) askInputs(ctx context.Context, d task.Task, token string) ([]task.Input, error) {
+	data, err := json.Marshal(task.InputsRequest{ID: d.ID, ExecutionID: d.ExecutionID, Token: token})
+	if err != nil {
+		return nil, err
+	}
+	msg, err := e.nc.RequestWithContext(ctx, subject.Inputs(d.Capability), data)
+	if err != nil {
+		return nil, fmt.Errorf("ask the orchestrators: %w", err)
+	}
+	var rep task.InputsReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, fmt.Errorf("unreadable reply: %w", err)
+	}
+	if rep.Error != "" {
+		return nil, errors.New(rep.Error)
+	}
+	if len(rep.Inputs) != len(d.DependsOn) {
+		return nil, fmt.Errorf("the orchestrator answered %d inputs for %d upstreams", len(rep.Inputs), len(d.DependsOn))
+	}
+	return rep.Inputs, nil
 }
 
 // Inputs returns how each upstream of the task (job.DependsOn, in that
@@ -60,14 +89,14 @@ func (j *Job) Inputs(ctx context.Context) ([]task.Input, error) {
 	}
 	j.inputs.mu.Lock()
 	defer j.inputs.mu.Unlock()
-	if j.inputs.read == nil {
-		read, err := inputs.Read(ctx, j.inputs.store, j.DependsOn)
+	if j.inputs.inputs == nil {
+		read, err := j.inputs.read(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("inputs of %s: %w", j.ID, err)
 		}
-		j.inputs.read = read
+		j.inputs.inputs = read
 	}
-	return slices.Clone(j.inputs.read), nil
+	return slices.Clone(j.inputs.inputs), nil
 }
 
 // Input returns how the upstream id ended (see Inputs); an id not in

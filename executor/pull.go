@@ -12,12 +12,9 @@ import (
 
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/swrr"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/task"
 )
-
-// maxReadyAckPending bounds the tasks of one priority level that executors
-// of a capability hold at once.
-const maxReadyAckPending = 65536
 
 // bellWait bounds the wait for a task whose publish rang the doorbell.
 const bellWait = 100 * time.Millisecond
@@ -78,18 +75,14 @@ func consumerGone(err error) bool {
 		errors.Is(err, jetstream.ErrConsumerDoesNotExist) || errors.Is(err, nats.ErrNoResponders)
 }
 
-// bindLevels creates (or updates) the capability's six ready consumers.
+// bindLevels creates (or updates, with this executor's ack wait) the
+// capability's six ready consumers on AX_TASKS. A consumer created here
+// (before the capability's first dispatch: an orchestrator creates them
+// before that) delivers the dispatches stored after it.
 func (p *puller) bindLevels(ctx context.Context) error {
 	e, capability := p.e, p.capability
 	for lvl := range task.Levels {
-		cons, err := e.js.CreateOrUpdateConsumer(ctx, subject.StreamReady, jetstream.ConsumerConfig{
-			Durable:       subject.ReadyConsumer(capability, lvl),
-			FilterSubject: subject.Ready(capability, lvl),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       e.cfg.AckWait,
-			MaxAckPending: maxReadyAckPending,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		})
+		cons, err := e.js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, topology.ReadyConsumer(capability, lvl, e.cfg.AckWait))
 		if err != nil {
 			return fmt.Errorf("executor: ready consumer %s p%d: %w", capability, lvl, err)
 		}

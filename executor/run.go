@@ -45,15 +45,9 @@ func (ex *execution) giveBack() {
 // start claims and runs a fetched dispatch in its own goroutine, counting
 // its cost against capacity until it is done.
 func (e *Executor) start(s *session, msg jetstream.Msg) {
-	var d task.Dispatch
-	if err := json.Unmarshal(msg.Data(), &d); err != nil || d.ID == "" || d.ExecutionID == "" || d.Revision == 0 {
+	d, err := decodeDispatch(msg)
+	if err != nil {
 		e.log.Warn("dropping malformed dispatch", "error", err, "subject", msg.Subject())
-		_ = msg.Term()
-		return
-	}
-	if lvl, ok := subject.ReadyLevel(msg.Subject()); !ok || msg.Subject() != subject.Ready(d.Capability, lvl) {
-		// Its claim would go to another capability's subject.
-		e.log.Warn("dropping a dispatch whose capability is not its subject's", "subject", msg.Subject(), "capability", d.Capability, "task_id", d.ID)
 		_ = msg.Term()
 		return
 	}
@@ -83,6 +77,36 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 	}()
 }
 
+// decodeDispatch reads a dispatch: the ready record of a task, stored on
+// its dispatch subject (subject.TaskDispatch), whose stream sequence is
+// its revision and whose Ax-Token header is the execution's token. The
+// subject must name the record's own capability, priority and type (its
+// claim would otherwise go to another capability's subject).
+func decodeDispatch(msg jetstream.Msg) (task.Dispatch, error) {
+	var ev task.Event
+	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		return task.Dispatch{}, err
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return task.Dispatch{}, err
+	}
+	t := ev.Task
+	id, capability, priority, typ, ok := subject.ParseDispatch(msg.Subject())
+	switch {
+	case t.ID == "" || t.ExecutionID == "" || t.State != task.Ready:
+		return task.Dispatch{}, errors.New("not a ready record with an execution id")
+	case !ok || id != t.ID || capability != t.Capability || priority != t.PriorityLevel() || typ != t.Type:
+		return task.Dispatch{}, fmt.Errorf("its subject does not name its task %s (capability %s, priority %d, type %s)", t.ID, t.Capability, t.PriorityLevel(), t.Type)
+	}
+	var token string
+	if h := msg.Headers(); h != nil {
+		token = h.Get(subject.HeaderToken)
+	}
+	t.DispatchRevision = md.Sequence.Stream
+	return task.Dispatch{Task: t, Revision: md.Sequence.Stream, Token: token}, nil
+}
+
 // execute claims a dispatch, runs its handler and reports the outcome. Its
 // cost counts against capacity until the handler returns (free); the report
 // and the acknowledgement that follow hold one of the executor's report
@@ -95,6 +119,12 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	delivered := uint64(1)
 	if md, err := msg.Metadata(); err == nil {
 		delivered = md.NumDelivered
+	}
+	if s.revocations.has(d.ExecutionID) {
+		// Cancelled or expired while its dispatch waited.
+		log.Debug("dispatch of a revoked execution: not run")
+		_ = msg.Ack()
+		return
 	}
 	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
 	t, claimRev, ok, err := e.claim(claimCtx, d, delivered)
@@ -142,6 +172,11 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 		return
 	}
 	defer e.untrack(s, t.ID, ex)
+	if s.revocations.has(t.ExecutionID) {
+		// Revoked between the check above and now: cancelRunning found
+		// nothing to cancel then.
+		e.cancelRunning(s, t.ID, t.ExecutionID)
+	}
 
 	stopBeat := e.heartbeat(ex, t, d, delivered)
 	var result any
@@ -152,7 +187,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 		// here; fail the attempt so backoff and the dead-letter queue apply.
 		herr = fmt.Errorf("its executor was lost %d times in a row while running it (a crash loop?); not run again", t.Takeovers)
 	} else {
-		result, plan, herr = e.call(hctx, t, traceParentOf(msg, t))
+		result, plan, herr = e.call(hctx, t, d.Token, traceParentOf(msg, t))
 	}
 	finished := e.cfg.Now().UTC()
 	// The lease is held until the report is published and acknowledged.
@@ -210,58 +245,32 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 }
 
 // claim decides whether this executor runs a dispatch. Executors never
-// write task records (the orchestrator is their one writer): a first
-// delivery reads the record from the stream leader and runs the task if it
-// is still ready under the dispatch's execution id, so a task cancelled or
-// superseded while queued is not run. A redelivery, which may take over an
-// execution whose executor died, and a task with a dispatch timeout, whose
-// re-dispatch must not race its start, ask the orchestrator to claim it
-// (claimByOrchestrator). It returns ok=false when the task must not run,
-// and the revision of the orchestrator's running record (0 if none).
+// write task records (the orchestrator is their one writer), nor read them:
+// a first delivery runs at once — the dispatch is the ready record itself,
+// and the orchestrator withdraws the dispatch of an execution it cancels
+// or supersedes while it waits, so a dispatch delivered is one to run. A
+// redelivery, which may take over an execution whose executor died, and a
+// task with a dispatch timeout, whose re-dispatch must not race its start,
+// ask the orchestrator to claim it (claimByOrchestrator). It returns
+// ok=false when the task must not run, and the revision of the
+// orchestrator's running record (0 if none).
 func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (claimed task.Task, claimRev uint64, ok bool, err error) {
 	if delivered > 1 || d.DispatchTimeout > 0 {
 		return e.claimByOrchestrator(ctx, d, delivered, e.cfg.Now().UTC(), false)
 	}
-	for wait := 50 * time.Millisecond; ; wait *= 2 {
-		state, executionID, rev, err := e.store.Peek(ctx, d.ID)
-		if err != nil {
-			return d.Task, 0, false, err
-		}
-		if rev < d.Revision {
-			// A leader that is behind (cut off by a partition and not yet
-			// aware): its "ready" or "not yet" decides nothing. Read again.
-			select {
-			case <-ctx.Done():
-				return d.Task, 0, false, fmt.Errorf("read %s: the stream leader stayed behind its dispatch at revision %d: %w", d.ID, d.Revision, ctx.Err())
-			case <-time.After(wait):
-			}
-			continue
-		}
-		switch {
-		case executionID != d.ExecutionID:
-			return d.Task, 0, false, nil // superseded
-		case state == task.Ready:
-			// Still this dispatch's: what runs is the dispatched record
-			// (later writes under the same execution, such as a
-			// dependent's registration, change nothing a handler sees).
-			return d.Claimed(e.cfg.ID, e.cfg.Now().UTC()), 0, true, nil
-		case state == task.Running:
-			// A copy of a dispatch whose execution runs elsewhere.
-			return d.Task, 0, false, errRunningElsewhere
-		default:
-			// This execution ended (or was cancelled) and a copy of its
-			// dispatch is here: the orchestrator ensures the outcome's
-			// effects, whose trigger this may be, and answers "ended".
-			return e.claimByOrchestrator(ctx, d, delivered, e.cfg.Now().UTC(), false)
-		}
-	}
+	return d.Claimed(e.cfg.ID, e.cfg.Now().UTC()), 0, true, nil
 }
 
 // claimByOrchestrator asks the orchestrator to mark the dispatch's attempt
 // running on this executor (task.ClaimRequest on ax.claim.<capability>).
 func (e *Executor) claimByOrchestrator(ctx context.Context, d task.Dispatch, delivered uint64, started time.Time, mark bool) (task.Task, uint64, bool, error) {
-	data, err := json.Marshal(task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
-		Executor: e.cfg.ID, StartedAt: started, Delivered: delivered, Mark: mark, Token: d.Token})
+	return e.askClaim(ctx, task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
+		Executor: e.cfg.ID, StartedAt: started, Delivered: delivered, Mark: mark, Token: d.Token}, d)
+}
+
+// askClaim sends a claim request for d and reads the answer.
+func (e *Executor) askClaim(ctx context.Context, req task.ClaimRequest, d task.Dispatch) (task.Task, uint64, bool, error) {
+	data, err := json.Marshal(req)
 	if err != nil {
 		return d.Task, 0, false, fmt.Errorf("encode claim of %s: %w", d.ID, err)
 	}
@@ -293,7 +302,7 @@ func (e *Executor) claimByOrchestrator(ctx context.Context, d task.Dispatch, del
 
 // call runs the handler (or a shardable task's planner or aggregator),
 // turning a panic into an error.
-func (e *Executor) call(ctx context.Context, t task.Task, traceParent string) (result any, plan *task.PlanRef, err error) {
+func (e *Executor) call(ctx context.Context, t task.Task, token, traceParent string) (result any, plan *task.PlanRef, err error) {
 	h := e.handler(t.Type)
 	if h == nil {
 		return nil, nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
@@ -309,7 +318,7 @@ func (e *Executor) call(ctx context.Context, t task.Task, traceParent string) (r
 	if t.Shardable && job.Phase == "" {
 		job.Phase = task.PhasePlan
 	}
-	e.bindInputs(job, t)
+	e.bindInputs(job, t, token)
 	err = e.hooked(ctx, job, func(ctx context.Context) error {
 		if t.Shardable {
 			result, plan, err = e.callSharded(ctx, h, t, job)
@@ -475,31 +484,12 @@ func (e *Executor) untrack(s *session, id string, ex *execution) {
 	}
 }
 
-// cancelRunning cancels the handler of a task cancelled by the
-// orchestrator. The signal is a plain NATS message anyone may publish, so it
-// is acted on only when the task's record (read from the stream leader)
-// says the execution really ended: cancelled, expired or superseded.
-func (e *Executor) cancelRunning(s *session, id string) {
-	s.runningMu.Lock()
-	ex := s.running[id]
-	s.runningMu.Unlock()
-	if ex == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	t, _, err := e.store.Get(ctx, id)
-	switch {
-	case err != nil:
-		e.log.Warn("cancel signal: cannot read the task; its handler keeps running", "error", err, "task_id", id)
-		return
-	case t.State != task.Cancelled && t.State != task.Expired && t.ExecutionID == ex.executionID:
-		e.log.Warn("ignoring a cancel signal for a task that is not cancelled", "task_id", id, "state", string(t.State))
-		return
-	}
+// cancelRunning cancels the handler of a task's revoked execution, if it
+// runs here: its outcome is not reported.
+func (e *Executor) cancelRunning(s *session, id, executionID string) {
 	s.runningMu.Lock()
 	defer s.runningMu.Unlock()
-	if s.running[id] == ex {
+	if ex := s.running[id]; ex != nil && ex.executionID == executionID {
 		ex.cancelled.Store(true)
 		ex.cancel()
 		e.log.Info("cancelling running handler", "task_id", id)

@@ -76,7 +76,7 @@ func TestRecordSizeIsFlatInFanOut(t *testing.T) {
 			t.Fatal(err)
 		}
 		grew := after.State.Bytes - before.State.Bytes
-		last, err := tasks.GetLastMsgForSubject(ctx, subject.Task(up))
+		last, err := tasks.GetLastMsgForSubject(ctx, subject.TaskHistory(up))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,15 +320,16 @@ func TestOversizedReportFailsClearly(t *testing.T) {
 	}
 }
 
-// TestQueuesAreTrimmed: the queue streams (submissions, dispatches,
-// reports) are trimmed to what is still to be handled, without a delete per
-// acknowledgement; and a level nobody consumes keeps its dispatches.
+// TestQueuesAreTrimmed: the queue streams (submissions, reports) are
+// trimmed to what is still to be handled, without a delete per
+// acknowledgement; and a dispatch nobody takes stays (it is its task's
+// record).
 func TestQueuesAreTrimmed(t *testing.T) {
 	t.Parallel()
 	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
 	ctx := testenv.Context(t, 3*time.Minute)
 	js, _ := jetstream.New(c.Conn())
-	for _, name := range []string{subject.StreamSubmit, subject.StreamReady, subject.StreamCompleted} {
+	for _, name := range []string{subject.StreamSubmit, subject.StreamCompleted} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -364,11 +365,8 @@ func TestQueuesAreTrimmed(t *testing.T) {
 		}
 		return info.State.Subjects
 	}
-	nobody := subject.Ready("nobody", task.DefaultPriority)
 	testenv.Eventually(t, time.Minute, "the queues trimmed to what is left to handle", func() bool {
-		ready := stored(subject.StreamReady)
-		return len(stored(subject.StreamSubmit)) == 0 && len(stored(subject.StreamCompleted)) == 0 &&
-			len(ready) == 1 && ready[nobody] == 1
+		return len(stored(subject.StreamSubmit)) == 0 && len(stored(subject.StreamCompleted)) == 0
 	})
 	got, err := c.Get(ctx, "q-nobody")
 	if err != nil || got.State != task.Ready {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-run/ax/internal/inputs"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -142,6 +143,48 @@ func (o *Orchestrator) claim(ctx context.Context, capability string, req task.Cl
 		return task.ClaimReply{Status: task.ClaimGranted, Task: &next, Revision: newRev}
 	}
 	return task.ClaimReply{Error: fmt.Sprintf("claim %s: too many concurrent changes", req.ID)}
+}
+
+// inputsWorkers answer inputs requests: each is a leader read per upstream.
+const inputsWorkers = 4
+
+// serveInputs answers executors' inputs requests (ax.inputs.<capability>)
+// until ctx ends, in one queue group with the other orchestrators.
+func (o *Orchestrator) serveInputs(ctx context.Context) error {
+	return o.serveRequests(ctx, subject.InputsAll, inputsWorkers, claimBacklog,
+		func(ctx context.Context, r request) { o.answerInputs(ctx, r.m) }, nil)
+}
+
+// answerInputs reads the inputs of an execution's task: only for the
+// holder of its token, and only of a task of the request subject's
+// capability (which only that capability's executors may publish on).
+func (o *Orchestrator) answerInputs(ctx context.Context, m *nats.Msg) {
+	var req task.InputsRequest
+	rep := task.InputsReply{}
+	switch err := json.Unmarshal(m.Data, &req); {
+	case err != nil || req.ID == "" || req.ExecutionID == "":
+		rep.Error = "malformed inputs request: id and execution_id are required"
+	case !o.validToken(req.ID, req.ExecutionID, req.Token):
+		rep.Error = "the inputs request has no valid execution token: only the executor dispatched an execution may read its inputs"
+	default:
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		t, _, err := o.store.Get(rctx, req.ID)
+		switch {
+		case err != nil:
+			rep.Error = err.Error()
+		case t.Capability != subject.CapabilityFromInputs(m.Subject):
+			rep.Error = fmt.Sprintf("task %s is of capability %q", req.ID, t.Capability)
+		default:
+			if rep.Inputs, err = inputs.Read(rctx, o.store, t.DependsOn); err != nil {
+				rep.Error = err.Error()
+			}
+		}
+		cancel()
+	}
+	data, _ := json.Marshal(rep)
+	if err := m.Respond(data); err != nil {
+		o.log.Debug("inputs reply not sent", slog.Any("error", err))
+	}
 }
 
 // claimStart is when the claimed attempt started: the executor's time,

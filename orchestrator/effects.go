@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/internal/store"
@@ -26,7 +26,10 @@ const maxCASRetries = 50
 // from it, such as a retry time, agree with the event), otherwise now.
 //
 // It sets next's reason and update time, so the caller's record is the one
-// written.
+// written. A record made ready under a new execution that needs no
+// admission (dispatchesOnWrite) is written as the task's dispatch: the
+// one message that records it and hands it to an executor; next's
+// DispatchRevision is then its revision.
 func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, next *task.Task, reason string) (uint64, error) {
 	if !next.UpdatedAt.After(cur.UpdatedAt) {
 		next.UpdatedAt = o.now()
@@ -37,11 +40,37 @@ func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, nex
 	if rev == 0 {
 		ev.From = ""
 	}
-	newRev, err := o.store.Write(ctx, ev, rev)
+	var newRev uint64
+	var err error
+	if o.dispatchesOnWrite(cur, *next) {
+		if err := o.ensureObjects(ctx, next.Capability); err != nil {
+			return 0, fmt.Errorf("dispatch %s: %w", next.ID, err)
+		}
+		tp, span := o.startDispatch(ctx, *next)
+		newRev, err = o.store.Dispatch(ctx, ev, rev, o.tokens.Sign(next.ID, next.ExecutionID), tp)
+		span.End()
+		if err == nil {
+			next.DispatchRevision = newRev
+		}
+	} else {
+		newRev, err = o.store.Write(ctx, ev, rev)
+	}
 	if err == nil {
 		o.obs.wrote(cur, next)
 	}
 	return newRev, err
+}
+
+// dispatchesOnWrite reports whether writing next (from cur) is the
+// dispatch of a new execution: next is ready under an execution not
+// dispatched yet, and its admission needs nothing but the gate it passed
+// already (no concurrency key, whose slot is taken first; no fairness key
+// to queue by). Other ready records are written as events, and dispatched
+// by their effects once admitted (dispatch).
+func (o *Orchestrator) dispatchesOnWrite(cur, next task.Task) bool {
+	return next.State == task.Ready && next.DispatchRevision == 0 && next.ExecutionID != "" &&
+		(cur.State != task.Ready || cur.ExecutionID != next.ExecutionID) &&
+		next.ConcurrencyKey == "" && (next.FairnessKey == "" || o.fair == nil)
 }
 
 // transition reads a task, lets decide choose its next record and the
@@ -132,11 +161,28 @@ func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint6
 		}
 		return o.cancelDependents(ctx, t, rev)
 	case task.Cancelled, task.Expired:
-		// Tell a handler that may still run it; nobody listening is fine.
-		if err := o.nc.Publish(subject.CancelSignal(t.ID), nil); err != nil {
-			return fmt.Errorf("signal cancel of %s: %w", t.ID, err)
+		if err := o.revoke(ctx, t); err != nil {
+			return err
 		}
 		return o.cancelDependents(ctx, t, rev)
+	}
+	return nil
+}
+
+// revoke records that t's execution no longer runs (AX_REVOKED), when it
+// had one: executors watching its capability do not run its dispatch if it
+// is still queued, and cancel its handler if it runs. A put of the same
+// value again (a replay) changes nothing an executor does.
+func (o *Orchestrator) revoke(ctx context.Context, t task.Task) error {
+	if t.ExecutionID == "" {
+		return nil // never dispatched
+	}
+	data, err := json.Marshal(task.Revocation{ID: t.ID, ExecutionID: t.ExecutionID, State: t.State, At: o.now()})
+	if err != nil {
+		return fmt.Errorf("encode the revocation of %s: %w", t.ID, err)
+	}
+	if _, err := o.revoked.Put(ctx, subject.RevokedKey(t.Capability, t.ID), data); err != nil {
+		return fmt.Errorf("revoke the execution of %s: %w", t.ID, err)
 	}
 	return nil
 }
@@ -197,17 +243,23 @@ func mayBeWatched(t task.Task) bool {
 		t.Redrives > 0 || t.Dispatches > 1 || t.Takeovers > 0 || len(t.Errors) > 0
 }
 
-// dispatch publishes a ready task to its capability and priority subject,
-// de-duplicated by execution id, then stores its sweep entry (the
-// reconciler's look, shared with the dispatches going out at the same time:
-// see sweep.go) and arms its timers. The dispatch goes out first, so a task
-// starts one round trip sooner. The capability's object store exists before
-// its first dispatch (ensureObjects: a lookup after that).
+// dispatch makes sure a ready task is dispatched: its record written as
+// its dispatch (subject.TaskDispatch), which executors of its capability
+// consume, with its sweep entry (the reconciler's look, shared with the
+// dispatches going out at the same time: see sweep.go) and its timers.
+// Most dispatches are written with the transition that made the task
+// ready (write): then only the sweep entry and timers are ensured here.
+// The capability's object store and ready consumers exist before its
+// first dispatch (ensureObjects: nothing to do after that).
 //
-// Before that, a task with a concurrency key passes its key's limits
-// (keylimits.go), and one with a fairness key may queue in this
-// orchestrator while its level is busy (fair.go).
+// A task not dispatched yet passes admission first: one with a
+// concurrency key takes its key's slot (keylimits.go), and one with a
+// fairness key may queue in this orchestrator while its level is busy
+// (fair.go); then its record is written again, as its dispatch.
 func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) error {
+	if t.DispatchRevision != 0 {
+		return o.dispatched(ctx, t, t.DispatchRevision, true)
+	}
 	if err := o.ensureObjects(ctx, t.Capability); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
@@ -229,25 +281,58 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	return o.publishDispatch(ctx, t, rev, true)
 }
 
-// publishDispatch publishes t's dispatch (see dispatch); with sweep, it
-// stores its sweep entry (a task queued for fairness has one already).
+// publishDispatch writes t, ready and admitted but not dispatched yet, at
+// rev, as its dispatch (a ready → ready event on its dispatch subject),
+// then ensures what follows it (dispatched); with sweep, that includes
+// its sweep entry (a task queued for fairness has one already). A record
+// that moved on meanwhile is read again: dispatched already, or no longer
+// ready under t's execution, there is nothing to do.
 func (o *Orchestrator) publishDispatch(ctx context.Context, t task.Task, rev uint64, sweep bool) error {
-	data, err := json.Marshal(task.Dispatch{Task: t, Revision: rev, Token: o.tokens.Sign(t.ID, t.ExecutionID)})
-	if err != nil {
-		return fmt.Errorf("encode dispatch of %s: %w", t.ID, err)
-	}
-	o.dispatched.add(dispatched{task: t, revision: rev})
-	msg, span := o.startDispatch(ctx, t, data)
-	defer span.End()
-	if _, err := o.js.PublishMsg(ctx, msg, jetstream.WithMsgID(t.ExecutionID)); err != nil {
-		switch {
-		case readyFull(err):
-			return o.parkFull(ctx, t, rev, err)
-		case readyGone(err):
-			o.restoreReady(ctx)
+	for range maxCASRetries {
+		ev := task.Event{Kind: task.KindTransition, From: task.Ready, To: task.Ready, At: o.now(), Actor: o.cfg.NodeID, Task: t}
+		ev.Task.UpdatedAt, ev.Task.Reason = ev.At, dispatchedReason(t)
+		ev.Reason = ev.Task.Reason
+		tp, span := o.startDispatch(ctx, t)
+		newRev, err := o.store.Dispatch(ctx, ev, rev, o.tokens.Sign(t.ID, t.ExecutionID), tp)
+		span.End()
+		if err == nil {
+			next := ev.Task
+			next.DispatchRevision = newRev
+			o.obs.wrote(t, &next)
+			return o.dispatched(ctx, next, newRev, sweep)
 		}
-		return fmt.Errorf("dispatch %s: %w", t.ID, err)
+		if !errors.Is(err, store.ErrConflict) {
+			return fmt.Errorf("dispatch %s: %w", t.ID, err)
+		}
+		cur, curRev, err := o.store.Get(ctx, t.ID)
+		if err != nil {
+			return ignoreNotFound(err)
+		}
+		if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
+			return nil // moved on: its own effects follow from its own write
+		}
+		if cur.DispatchRevision != 0 {
+			return o.dispatched(ctx, cur, cur.DispatchRevision, sweep)
+		}
+		t, rev = cur, curRev
 	}
+	return fmt.Errorf("dispatch %s: too many concurrent changes", t.ID)
+}
+
+// dispatchedReason is the reason a dispatch written after admission
+// records: the task's reason, unless it said why it was held back.
+func dispatchedReason(t task.Task) string {
+	if t.Reason == "" || strings.HasPrefix(t.Reason, "held:") || strings.HasPrefix(t.Reason, "queued") {
+		return "dispatched"
+	}
+	return t.Reason
+}
+
+// dispatched ensures what follows a task's dispatch at revision rev: the
+// report's fast path remembers it, the level's idle executors are woken,
+// and (with sweep) its sweep entry and its dispatch timeout are armed.
+func (o *Orchestrator) dispatched(ctx context.Context, t task.Task, rev uint64, sweep bool) error {
+	o.dispatchCache.add(dispatched{task: t, revision: rev})
 	o.bells.ring(t.Capability, t.PriorityLevel())
 	if sweep {
 		if err := o.sweeps.add(ctx, t, ""); err != nil {
@@ -277,6 +362,7 @@ func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
 	t.ReadyAt = &now
 	t.Dispatches = 1
 	t.Takeovers = 0
+	t.DispatchRevision = 0 // a new execution, not dispatched yet
 	return t
 }
 

@@ -2,14 +2,15 @@ package orchestrator_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
@@ -19,10 +20,10 @@ import (
 // TestDispatchCopyEnsuresTheOutcomeEffects: an attempt's outcome is
 // written, its effects are lost (here: its dead letter removed, as when the
 // orchestrator could not store it and the executor died before storing its
-// report), and a copy of its dispatch is delivered again. The copy is then
-// the effects' last trigger: the executor asks the orchestrator, which
-// ensures them (the dead letter is back) and answers "ended"; nothing runs
-// again.
+// report and acknowledging its dispatch), and the dispatch is delivered
+// again. The redelivery is then the effects' last trigger: the executor
+// asks the orchestrator to claim it, which ensures them (the dead letter is
+// back) and answers "ended"; nothing runs again.
 func TestDispatchCopyEnsuresTheOutcomeEffects(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
@@ -37,18 +38,6 @@ func TestDispatchCopyEnsuresTheOutcomeEffects(t *testing.T) {
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 60*time.Second)
-
-	// Keep a copy of the dispatch as it is published.
-	spy := testenv.Conn(t, srv.URL())
-	copies := make(chan *nats.Msg, 4)
-	sub, err := spy.Subscribe(subject.ReadyAll, func(m *nats.Msg) { copies <- m })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := spy.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	s := newSpec("doomed-1", "doomed")
 	s.MaxRetries = new(0)
 	if _, err := c.Submit(ctx, s); err != nil {
@@ -57,9 +46,18 @@ func TestDispatchCopyEnsuresTheOutcomeEffects(t *testing.T) {
 	if got, err := c.Wait(ctx, "doomed-1"); err != nil || got.State != task.Failed {
 		t.Fatalf("doomed-1: %+v %v", got, err)
 	}
-	dispatch := <-copies
-
-	js, _ := jetstream.New(spy)
+	h, err := c.History(ctx, "doomed-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dispatch store.Revisioned
+	for _, ev := range h {
+		if ev.Event.To == task.Ready {
+			dispatch = ev
+		}
+	}
+	nc := testenv.Conn(t, srv.URL())
+	js, _ := jetstream.New(nc)
 	dlq, err := js.Stream(ctx, subject.StreamDLQ)
 	if err != nil {
 		t.Fatal(err)
@@ -76,27 +74,21 @@ func TestDispatchCopyEnsuresTheOutcomeEffects(t *testing.T) {
 		t.Fatal("the dead letter is still there")
 	}
 
-	// The dispatch again, as an undelivered copy would come.
-	copyMsg := nats.NewMsg(dispatch.Subject)
-	copyMsg.Data = dispatch.Data
-	copyMsg.Header = dispatch.Header
-	copyMsg.Header.Del(jetstream.MsgIDHeader)
-	if _, err := js.PublishMsg(ctx, copyMsg); err != nil {
-		t.Fatal(err)
-	}
-	testenv.Eventually(t, 30*time.Second, "the dead letter ensured again", deadLetter)
-	ready, err := js.Stream(ctx, subject.StreamReady)
+	// The dispatch delivered again: its executor's claim.
+	exec := dispatch.Event.Task.ExecutionID
+	data, _ := json.Marshal(task.ClaimRequest{ID: "doomed-1", ExecutionID: exec, Revision: dispatch.Revision,
+		Executor: "again", StartedAt: time.Now(), Delivered: 2, Token: testenv.Token(t, nc, "doomed-1", exec)})
+	msg, err := nc.RequestWithContext(ctx, subject.Claim("default"), data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 30*time.Second, "the copy acknowledged", func() bool {
-		cons, err := ready.Consumer(ctx, subject.ReadyConsumer("default", s.PriorityLevel()))
-		if err != nil {
-			return false
-		}
-		info, err := cons.Info(ctx)
-		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
-	})
+	var rep task.ClaimReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Status != task.ClaimEnded {
+		t.Fatalf("claim of the ended execution: %s %v", msg.Data, err)
+	}
+	if !deadLetter() {
+		t.Fatal("the claim of the ended execution did not ensure its dead letter")
+	}
 	close(runsCh)
 	for range runsCh {
 		runs++
@@ -105,6 +97,6 @@ func TestDispatchCopyEnsuresTheOutcomeEffects(t *testing.T) {
 		t.Fatalf("the handler ran %d times; want once", runs)
 	}
 	if got, err := c.Get(ctx, "doomed-1"); err != nil || got.State != task.Failed {
-		t.Fatalf("doomed-1 after the copy: %+v %v", got, err)
+		t.Fatalf("doomed-1 after the claim: %+v %v", got, err)
 	}
 }

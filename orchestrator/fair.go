@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -266,8 +265,7 @@ func (q *fairQueue) busy() []*fairLevel {
 // refill counts a level's pending dispatches and dispatches its queued
 // tasks in turn into the room left below the window.
 func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
-	subj := subject.Ready(lv.capability, lv.priority)
-	n, err := queue.Pending(ctx, q.o.ready, subject.ReadyConsumer(lv.capability, lv.priority), subj)
+	n, err := q.o.levelPending(ctx, lv.capability, lv.priority)
 	if err != nil {
 		return // counted again at the next tick
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
+	"github.com/ax-run/ax/internal/topology"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/orchestrator/promorch"
 	"github.com/ax-run/ax/sdk"
@@ -46,23 +47,43 @@ func reconciling(t *testing.T) (*natsserver.Server, *prometheus.Registry, *sdk.C
 	return srv, reg, testenv.Client(t, srv.URL())
 }
 
-// loseDispatch waits until a dispatch on a capability and priority is
-// stored (a task's state is written before its dispatch), then removes it.
+// loseDispatch waits until the dispatch of a task on a capability and
+// priority is stored, then loses it as a ready consumer losing its state
+// would: the level's consumer is deleted and created again (a consumer
+// delivers what is stored after its creation), so nobody is delivered it.
 func loseDispatch(t *testing.T, ctx context.Context, c *sdk.Client, capability string, prio int) {
 	t.Helper()
 	js, _ := jetstream.New(c.Conn())
-	ready, err := js.Stream(ctx, subject.StreamReady)
+	testenv.Eventually(t, 20*time.Second, "the dispatch stored", func() bool {
+		n, err := levelPending(ctx, js, capability, prio)
+		return err == nil && n == 1
+	})
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subj := subject.Ready(capability, prio)
-	testenv.Eventually(t, 20*time.Second, "the dispatch stored", func() bool {
-		info, err := ready.Info(ctx, jetstream.WithSubjectFilter(subj))
-		return err == nil && info.State.Subjects[subj] == 1
-	})
-	if err := ready.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+	if err := tasks.DeleteConsumer(ctx, subject.ReadyConsumer(capability, prio)); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(1100 * time.Millisecond) // the new consumer is created surely after the dispatch (clocks)
+	if _, err := tasks.CreateConsumer(ctx, topology.ReadyConsumer(capability, prio, 0)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// levelPending is how many dispatches of a level wait (to be delivered or
+// acknowledged).
+func levelPending(ctx context.Context, js jetstream.JetStream, capability string, prio int) (uint64, error) {
+	levels, err := queue.ReadyLevels(ctx, js, time.Now())
+	if err != nil {
+		return 0, err
+	}
+	for _, lv := range levels {
+		if lv.Capability == capability && lv.Priority == prio {
+			return lv.Pending + lv.InHand, nil
+		}
+	}
+	return 0, nil
 }
 
 // TestChainSubmittedLinkByLink: each link's submission is acknowledged
@@ -192,46 +213,66 @@ func TestDeadlinePassedAtSubmission(t *testing.T) {
 	}
 }
 
-// TestStrayCancelSignal: anyone can publish on the cancel-signal subject; a
-// signal for a task that is not cancelled leaves its handler running.
-func TestStrayCancelSignal(t *testing.T) {
+// TestCancelRevokesQueuedAndRunning: executors run a dispatch without
+// reading its record, so a task cancelled while its dispatch waits has its
+// execution revoked (AX_REVOKED): the executor that gets the dispatch later
+// does not run it, and a handler running when its task is cancelled is
+// cancelled.
+func TestCancelRevokesQueuedAndRunning(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	queued := newSpec("queued-then-cancelled", "work")
+	if _, err := c.Submit(ctx, queued); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "queued", func() bool {
+		got, err := c.Get(ctx, queued.ID)
+		return err == nil && got.State == task.Ready && got.DispatchRevision != 0
+	})
+	if _, err := c.Cancel(ctx, queued.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	var ran sync.Map
 	started := make(chan struct{}, 1)
-	release := make(chan struct{})
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("slow", func(ctx context.Context, _ *executor.Job) (any, error) {
-		started <- struct{}{}
-		select {
-		case <-release:
-			return "done", nil
-		case <-ctx.Done():
+	ex.HandleFunc("work", func(ctx context.Context, j *executor.Job) (any, error) {
+		ran.Store(j.ID, true)
+		if j.ID == "long" {
+			started <- struct{}{}
+			<-ctx.Done()
 			return nil, ctx.Err()
 		}
+		return nil, nil
 	})
 	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 30*time.Second)
-	s := newSpec("signalled", "slow")
-	s.MaxRetries = new(0)
-	if _, err := c.Submit(ctx, s); err != nil {
+	// A task queued after it, on the same level: once it ran, the cancelled
+	// one's dispatch was delivered before it.
+	if _, err := c.Submit(ctx, newSpec("after", "work")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "after"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("after: %+v %v", got, err)
+	}
+	if _, ok := ran.Load(queued.ID); ok {
+		t.Fatal("the dispatch of a task cancelled while it waited ran")
+	}
+	if _, err := c.Submit(ctx, newSpec("long", "work")); err != nil {
 		t.Fatal(err)
 	}
 	<-started
-	if err := c.Conn().Publish(subject.CancelSignal("signalled"), nil); err != nil {
+	if _, err := c.Cancel(ctx, "long", "test"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	// Cancel a task that really is cancelled meanwhile, on the same executor
-	// connection's subscription, and wait for it: the stray signal before it
-	// has been handled by then.
-	close(release)
-	got, err := c.Wait(ctx, "signalled")
-	if err != nil || got.State != task.Succeeded {
-		t.Fatalf("signalled: %s (%s) %v", got.State, got.Reason, err)
+	// The handler returns when its context is cancelled; its outcome is not
+	// reported, and the task stays cancelled.
+	testenv.Eventually(t, 20*time.Second, "the running handler cancelled", func() bool {
+		return ex.InFlight() == 0
+	})
+	if got, err := c.Get(ctx, "long"); err != nil || got.State != task.Cancelled {
+		t.Fatalf("long: %+v %v", got, err)
 	}
 }
 
@@ -772,11 +813,6 @@ func TestLostDispatchInBusyLevelIsRedispatched(t *testing.T) {
 	// The load: at least 50 dispatches always waiting on the level, for
 	// at most a minute (then it stops, and the level drains).
 	js, _ := jetstream.New(c.Conn())
-	ready, err := js.Stream(ctx, subject.StreamReady)
-	if err != nil {
-		t.Fatal(err)
-	}
-	level := subject.Ready("busy", victim.PriorityLevel())
 	stop := make(chan struct{})
 	var ranOut atomic.Bool
 	loadDone := make(chan struct{})
@@ -792,7 +828,7 @@ func TestLostDispatchInBusyLevelIsRedispatched(t *testing.T) {
 				return
 			case <-time.After(50 * time.Millisecond):
 			}
-			if n, err := queue.Pending(ctx, ready, subject.ReadyConsumer("busy", victim.PriorityLevel()), level); err != nil || n >= 50 {
+			if n, err := levelPending(ctx, js, "busy", victim.PriorityLevel()); err != nil || n >= 50 {
 				continue
 			}
 			var specs []task.Spec

@@ -58,16 +58,26 @@ func (b *objectBuckets) has(capability string, now time.Time) bool {
 	return ok && now.Sub(at) < objectBucketRecheck
 }
 
+// forget makes the next dispatch of capability ensure its store and
+// consumers again (one was found missing).
+func (b *objectBuckets) forget(capability string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.known.Remove(capability)
+}
+
 func (b *objectBuckets) add(capability string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.known.Add(capability, now)
 }
 
-// ensureObjects makes sure the object store of capability exists before a
-// task of it is dispatched: a lookup once this orchestrator created or
-// updated it (for objectBucketRecheck), a create-or-update (a few
-// requests) the first time.
+// ensureObjects makes sure the object store and the ready consumers of
+// capability exist before a task of it is dispatched (a dispatch stored
+// before its level's consumer exists would not be delivered: consumers
+// deliver what is stored after their creation): nothing once this
+// orchestrator created or updated them (for objectBucketRecheck), a few
+// requests the first time.
 func (o *Orchestrator) ensureObjects(ctx context.Context, capability string) error {
 	if o.buckets.has(capability, o.now()) {
 		return nil
@@ -78,6 +88,9 @@ func (o *Orchestrator) ensureObjects(ctx context.Context, capability string) err
 		}
 		if err := topology.EnsureCapabilityObjects(ctx, o.js, o.cfg.Topology, capability); err != nil {
 			return nil, fmt.Errorf("create the object store of capability %s: %w", capability, err)
+		}
+		if err := topology.EnsureReadyConsumers(ctx, o.js, capability); err != nil {
+			return nil, fmt.Errorf("create the ready consumers of capability %s: %w", capability, err)
 		}
 		o.buckets.add(capability, o.now())
 		return nil, nil

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/consume"
+	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -124,57 +125,20 @@ func (o *Orchestrator) sampleLoop(ctx context.Context) {
 func (o *Orchestrator) sample(ctx context.Context) (Sample, error) {
 	now := o.now()
 	s := Sample{InHand: map[string]int{}, ConsumerPending: map[string]uint64{}}
-	// Every ready consumer (a capability's level that executors serve),
-	// then the levels with dispatches and no consumer (nobody serves them).
-	type level struct {
-		pending, inHand uint64
-		start           uint64 // first undelivered stream sequence
-	}
-	levels := map[backlogKey]*level{}
-	names := o.ready.ConsumerNames(ctx)
-	for name := range names.Name() {
-		capability, prio, ok := subject.ParseReadyConsumer(name)
-		if !ok {
-			continue
-		}
-		cons, err := o.ready.Consumer(ctx, name)
-		if err != nil {
-			return s, err
-		}
-		ci, err := cons.Info(ctx)
-		if err != nil {
-			return s, err
-		}
-		levels[backlogKey{capability, prio}] = &level{pending: ci.NumPending, inHand: uint64(ci.NumAckPending), start: ci.Delivered.Stream + 1}
-	}
-	if err := names.Err(); err != nil {
-		return s, err
-	}
-	info, err := o.ready.Info(ctx, jetstream.WithSubjectFilter(subject.ReadyAll))
+	levels, err := queue.ReadyLevels(ctx, o.js, now)
 	if err != nil {
 		return s, err
 	}
-	for subj, n := range info.State.Subjects {
-		capability, prio, ok := subject.ReadyParts(subj)
-		key := backlogKey{capability, prio}
-		if ok && levels[key] == nil {
-			levels[key] = &level{pending: n, start: 1}
-		}
-	}
-	for key, l := range levels {
-		s.InHand[key.capability] += int(l.inHand)
-		var age time.Duration
-		if l.pending > 0 {
-			subj := subject.Ready(key.capability, key.priority)
-			if msg, err := o.ready.GetMsg(ctx, l.start, jetstream.WithGetMsgSubject(subj)); err == nil {
-				age = max(now.Sub(msg.Time), 0)
-			}
-		}
-		s.Backlogs = append(s.Backlogs, Backlog{Capability: key.capability, Priority: key.priority, Pending: l.pending, Oldest: age})
+	seen := map[backlogKey]bool{}
+	for _, lv := range levels {
+		key := backlogKey{lv.Capability, lv.Priority}
+		seen[key] = true
+		s.InHand[key.capability] += int(lv.InHand)
+		s.Backlogs = append(s.Backlogs, Backlog{Capability: key.capability, Priority: key.priority, Pending: lv.Pending, Oldest: lv.Oldest})
 		o.obs.known[key] = true
 	}
 	for key := range o.obs.known {
-		if levels[key] == nil { // emptied, and its consumer is gone
+		if !seen[key] { // its consumer is gone
 			s.Backlogs = append(s.Backlogs, Backlog{Capability: key.capability, Priority: key.priority})
 		}
 	}

@@ -63,9 +63,10 @@ type Orchestrator struct {
 	tokens *exectoken.Key
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
 	timers jetstream.Stream
-	// ready and leases are AX_READY and AX_LEASES, which the reconciler
-	// reads to tell a lost task from a queued or running one.
-	ready, leases jetstream.Stream
+	// tasks and leases are AX_TASKS and AX_LEASES, which the reconciler
+	// reads (with the ready consumers on AX_TASKS) to tell a lost task from
+	// a queued or running one.
+	tasks, leases jetstream.Stream
 	// held is AX_HELD: the markers of tasks waiting for a slot.
 	held jetstream.Stream
 	// bells rings the doorbells of the levels dispatched on (bell.go).
@@ -74,17 +75,11 @@ type Orchestrator struct {
 	sweeps *sweepBatcher
 	// levels remembers ready levels recently found holding dispatches.
 	levels busyLevels
-	// parked remembers the levels and types of tasks held for want of
-	// room in AX_READY (readyroom.go).
-	parked parked
-	// readySince caches when AX_READY was created: a ready task dispatched
-	// before lost its dispatch with the stream it was in.
-	readySince streamCreated
 	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
 	oldest oldestSeen
 	// dispatched remembers recent dispatches so a report can be applied
 	// without reading the task back (see handleReport).
-	dispatched *dispatchCache
+	dispatchCache *dispatchCache
 	// retrySlots is the shared retry budget counter.
 	retrySlots window.Counter
 	// control is the AX_CONTROL bucket behind gate.
@@ -95,6 +90,9 @@ type Orchestrator struct {
 	// keys while their level is busy (fair.go).
 	limits  *keyLimits
 	slotsKV jetstream.KeyValue
+	// revoked is AX_REVOKED: the executions of cancelled and expired
+	// tasks, which executors watch (effects.go, revoke).
+	revoked jetstream.KeyValue
 	fair    *fairQueue
 	// instance names this run of the orchestrator in the sweep entries of the
 	// tasks it queues for fairness.
@@ -138,7 +136,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), dispatched: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
 	if c.FairWindow > 0 {
@@ -177,6 +175,12 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		return fmt.Errorf("orchestrator: %w", err)
 	}
 	if err := o.serveClaims(runCtx); err != nil {
+		cancel()
+		o.bg.Wait()
+		o.closeCommitter()
+		return fmt.Errorf("orchestrator: %w", err)
+	}
+	if err := o.serveInputs(runCtx); err != nil {
 		cancel()
 		o.bg.Wait()
 		o.closeCommitter()
@@ -263,6 +267,10 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.log.Info("orchestrator started")
 	return nil
 }
+
+// errLegacyHistories: AX_TASKS holds task histories in the layout of an
+// earlier version. It is not retried: the operator migrates them.
+var errLegacyHistories = fmt.Errorf("%w: AX_TASKS holds task histories written by an earlier version of AX (one subject per task: ax.task.<id>); stop every orchestrator and executor of that version, then run `ax migrate tasks` (deploy/README.md, Upgrading)", topology.ErrPermanent)
 
 // closeCommitter closes the group committer, if any, once nothing writes.
 func (o *Orchestrator) closeCommitter() {
@@ -377,11 +385,20 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
 		return fmt.Errorf("bind timers: %w", err)
 	}
-	if o.ready, err = o.js.Stream(ctx, subject.StreamReady); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.StreamReady, err)
+	if o.tasks, err = o.js.Stream(ctx, subject.StreamTasks); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.StreamTasks, err)
 	}
-	if o.cfg.Topology.ReadyInMemory && o.ready.CachedInfo().Config.Storage != jetstream.MemoryStorage {
-		o.log.Warn("AX_READY stays on disk: JetStream cannot change a stream's storage; remove it (nats stream rm AX_READY) and it is created again in memory, the reconciler dispatching again what it held")
+	if o.tasks.CachedInfo().Config.Metadata[topology.TaskLayoutKey] != topology.TaskLayout {
+		// An AX_TASKS of an earlier version: refuse to run on histories of
+		// the earlier layout; with none, record that there are none.
+		if legacy, err := st.HasLegacy(ctx); err != nil {
+			return err
+		} else if legacy {
+			return errLegacyHistories
+		}
+		if err := topology.SetTaskLayout(ctx, o.js); err != nil {
+			return err
+		}
 	}
 	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
@@ -397,6 +414,9 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	}
 	if o.slotsKV, err = o.js.KeyValue(ctx, subject.BucketSlots); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketSlots, err)
+	}
+	if o.revoked, err = o.js.KeyValue(ctx, subject.BucketRevoked); err != nil {
+		return fmt.Errorf("bind %s: %w", subject.BucketRevoked, err)
 	}
 	// Clients list the configured limits beside those set at run time.
 	data, _ := json.Marshal(task.ConfiguredLimits{Limits: o.cfg.KeyLimits, By: o.cfg.NodeID, At: o.now()})

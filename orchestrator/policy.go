@@ -114,22 +114,6 @@ type TopologyOptions struct {
 	// after it finished (unfinished tasks are never removed); it is also
 	// the age at which plans and large results expire. Zero: for ever.
 	TaskHistoryMaxAge time.Duration
-	// ReadyInMemory keeps AX_READY, the dispatches, in memory: derived
-	// state the reconciler rebuilds (a ready task whose dispatch is gone is
-	// dispatched again), and one fsync less per task when the server syncs
-	// every write. A server restart empties it (on a cluster, a restart of
-	// every replica): the orchestrator recreates it and the tasks it held
-	// start after the reconciler's look (RunGrace, then ReconcileInterval).
-	// Applies when AX_READY is created; an existing one keeps its storage.
-	ReadyInMemory bool
-	// ReadyMaxBytes bounds AX_READY's memory with ReadyInMemory. Zero:
-	// 256 MiB. The server's max_memory_store must allow it.
-	ReadyMaxBytes int64
-	// ReadyMaxPerLevel bounds, with ReadyInMemory, the dispatches stored
-	// for one capability and priority. Zero: 10,000. A task whose dispatch
-	// finds no room is held (waiting, reason "held: …") and released when
-	// its level has room again.
-	ReadyMaxPerLevel int64
 	// GroupCommit, when set, turns group commit on or off for the whole
 	// deployment (recorded on AX_TASKS, read by every orchestrator and SDK
 	// client at start; nil keeps what is recorded, off at first): the

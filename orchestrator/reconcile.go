@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ax-run/ax/internal/queue"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -119,14 +118,6 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		// counted as a repair.
 		return o.ensureEffects(ctx, t, rev)
 	}
-	if strings.HasPrefix(t.Reason, parkedPrefix) {
-		// Parked for want of room in AX_READY: try again (parked again,
-		// with a new watch, if there is still none).
-		if err := o.unhold(ctx, heldMarker{ID: t.ID}); err != nil {
-			return err
-		}
-		return o.armWatch(ctx, t)
-	}
 	if keyHeld(t) {
 		// Waiting for its key's limits: try again (it waits again, with
 		// a new watch, if they still hold it).
@@ -149,49 +140,34 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 	case task.Running:
 		return o.watchRunning(ctx, t)
 	case task.Ready:
-		lost, since, err := o.dispatchLost(ctx, t)
-		if err != nil {
-			return err
-		}
-		if lost {
-			// Gone with AX_READY: what an executor took before is given
-			// the grace from the stream's return (it may still run it),
-			// not a look on the reconciler's backed-off schedule.
-			if due := since.Add(o.cfg.RunGrace); now.Before(due) {
-				return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: due})
+		if t.DispatchRevision == 0 {
+			// Ready, its execution not dispatched, and not waiting for
+			// admission (above): the handler that made it ready stopped
+			// before its dispatch. Dispatch it (a compare-and-set: done
+			// once however often it is asked).
+			if now.Sub(*readyAt(t)) >= o.cfg.RunGrace {
+				o.repaired(repairNotDispatched, t)
 			}
-		} else if age := now.Sub(*readyAt(t)); age < o.cfg.RunGrace {
-			if age < o.dispatchDedupWindow()/2 {
-				// Its dispatch may still be on its way — or this is the
-				// redelivery of a handler that made it ready and failed to
-				// dispatch it (a chaos run left one ready for 8 minutes on
-				// that): ensure the dispatch. Within the stream's
-				// de-duplication window a copy already stored is not
-				// stored twice (its message id is the execution id). A
-				// task with a fairness key gets here only when no
-				// orchestrator holds it queued (fairTakeOver, above),
-				// which would dispatch it later, beyond the window.
-				return o.ensureEffects(ctx, t, rev)
+			if err := o.ensureEffects(ctx, t, rev); err != nil {
+				return err
 			}
 			return o.armWatch(ctx, t)
 		}
-		present, mark := false, uint64(0)
-		if !lost {
-			if f.ExecutionID != t.ExecutionID {
-				f.Mark = 0 // taken for an earlier dispatch
-			}
-			if present, mark, err = o.dispatchPresent(ctx, t, f.Mark); err != nil {
-				return err
-			}
+		if now.Sub(*readyAt(t)) < o.cfg.RunGrace {
+			return o.armWatch(ctx, t)
 		}
-		if present {
-			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t), ExecutionID: t.ExecutionID, Mark: mark})
+		pending, err := o.dispatchPending(ctx, t)
+		if err != nil {
+			return err
 		}
-		// No dispatch of its level is waiting, or the level's consumer
-		// delivered past where its dispatch would be since the last look,
-		// and nobody claimed it: it was lost (or dropped on a stale read).
-		// Dispatch again under a new execution id, so an executor holding
-		// an old copy cannot claim it twice.
+		if pending {
+			return o.armWatch(ctx, t)
+		}
+		// Its dispatch is gone (removed by hand, or stored while its level
+		// had no consumer), or was taken and acknowledged with no report
+		// to follow: nobody will run this execution. Dispatch again under
+		// a new execution id, so an executor holding an old copy cannot
+		// report it.
 		o.repaired(repairNotDispatched, t)
 		_, err = o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
 			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
@@ -199,7 +175,7 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 			}
 			next := o.readyNext(cur, cur.Attempt)
 			next.Dispatches = cur.Dispatches
-			return &next, "reconciler: no dispatch found " + now.Sub(*readyAt(cur)).Round(time.Second).String() + " after it became ready; dispatched again", nil
+			return &next, "reconciler: its dispatch was not taken " + now.Sub(*readyAt(cur)).Round(time.Second).String() + " after it became ready; dispatched again", nil
 		})
 		return ignoreNotFound(err)
 	case task.Retrying:
@@ -276,105 +252,113 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 	return true, nil
 }
 
-// dispatchPresent reports whether t's dispatch may still be waiting on its
-// capability and priority's level, and returns the mark its next look
-// passes back (mark: the one this look was given, 0 at the first).
+// dispatchPending reports whether t's dispatch (at t.DispatchRevision)
+// may still be run: stored and not yet delivered by its level's ready
+// consumer, delivered and not yet acknowledged (an executor holds it: a
+// dead one's is delivered again after the ack wait), or acknowledged with
+// its report still on its way (reports wait to be applied). Not pending: it
+// is no longer stored, its level's consumer was created after it (and so
+// never delivers it), or it was acknowledged and no report waits.
 //
-// A level holding no dispatch (to deliver or see acknowledged: the level's
-// consumer's counts, or, while nobody consumes the level, the stream
-// leader's count of what is stored on it) holds none of t's: it was never
-// stored, or was taken and dropped. A busy level may hold it: the look
-// marks the level's last stored message (a dispatch stored before the
-// look is at or below it), and the next look finds it lost once the
-// level's consumer has delivered past the mark (or has nothing left to
-// deliver) while t still waits, unclaimed, for the same dispatch. So a
-// lost dispatch is found within two looks of a level that moves, however
-// busy; a backlog nobody takes keeps its dispatches. A stale answer either
-// way is safe: "present" only delays the next look, and a second dispatch
-// gets a new execution id, which the first dispatch's claim then loses to.
-//
-// A busy level's counts are remembered for a few seconds: a backlog of
-// tasks looked at by many watches at once is read once for all of them.
-func (o *Orchestrator) dispatchPresent(ctx context.Context, t task.Task, mark uint64) (bool, uint64, error) {
-	lv, err := o.levelState(ctx, t)
+// A level's consumer is read at most once per busyLevelMemory for all the
+// looks at its tasks. A stale answer either way is safe: "pending" only
+// delays the next look, and a second dispatch gets a new execution id (the
+// first is withdrawn, and an executor holding it cannot report it).
+func (o *Orchestrator) dispatchPending(ctx context.Context, t task.Task) (bool, error) {
+	msg, err := o.tasks.GetMsg(ctx, t.DispatchRevision)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the dispatch of %s: %w", t.ID, err)
+	}
+	lv, err := o.levelState(ctx, t.Capability, t.PriorityLevel())
 	if err != nil {
-		return false, 0, err
+		return false, err
 	}
 	switch {
-	case lv.pending == 0:
-		return false, 0, nil
-	case mark > 0 && (lv.delivered >= mark || lv.undelivered == 0):
-		return false, 0, nil
-	case mark > 0:
-		return true, mark, nil
+	case lv.missing || msg.Time.Before(lv.created.Add(-time.Second)):
+		return false, nil
+	case t.DispatchRevision > lv.delivered, t.DispatchRevision > lv.ackFloor:
+		return true, nil
 	}
-	if lv.at.Before(readyAt(t).Add(o.cfg.RunGrace / 2)) {
-		// Read before t's dispatch surely went out: no mark yet.
-		return true, 0, nil
-	}
-	return true, lv.last, nil
+	return o.reportsWaiting(ctx)
 }
 
-// levelState is what the reconciler reads of a ready level.
+// reportsWaiting reports whether stored reports wait to be applied (the
+// report of an acknowledged dispatch may be one of them).
+func (o *Orchestrator) reportsWaiting(ctx context.Context) (bool, error) {
+	st, err := o.js.Stream(ctx, subject.StreamCompleted)
+	if err != nil {
+		return false, fmt.Errorf("bind %s: %w", subject.StreamCompleted, err)
+	}
+	c, err := st.Consumer(ctx, subject.ConsumerCompleted)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", subject.ConsumerCompleted, err)
+	}
+	ci := c.CachedInfo()
+	return ci.NumPending+uint64(max(ci.NumAckPending, 0)) > 0, nil
+}
+
+// levelState is what the reconciler reads of a ready level's consumer.
 type levelState struct {
-	at          time.Time
-	pending     uint64 // to deliver or see acknowledged
-	undelivered uint64 // to deliver
-	delivered   uint64 // the stream sequence of the last delivered
-	last        uint64 // the stream sequence of the last stored
+	at        time.Time
+	missing   bool      // the level has no consumer (deleted by hand)
+	created   time.Time // when its consumer was created
+	delivered uint64    // the stream sequence of the last delivered
+	ackFloor  uint64    // every dispatch at or below it is acknowledged
 }
 
-// levelState reads t's level: its consumer's counts (or, with no
-// consumer, what is stored), and its last stored message's sequence — or
-// returns a busy level's state read less than busyLevelMemory ago.
-func (o *Orchestrator) levelState(ctx context.Context, t task.Task) (levelState, error) {
-	subj := subject.Ready(t.Capability, t.PriorityLevel())
+// levelState reads a ready level's consumer, or returns what was read of
+// it less than busyLevelMemory ago. A missing consumer is created again
+// (it delivers what is stored after it).
+func (o *Orchestrator) levelState(ctx context.Context, capability string, priority int) (levelState, error) {
+	name := subject.ReadyConsumer(capability, priority)
 	now := o.now()
-	if lv, ok := o.levels.recent(subj, now); ok {
+	if lv, ok := o.levels.recent(name, now); ok {
 		return lv, nil
 	}
 	lv := levelState{at: now}
-	c, err := o.ready.Consumer(ctx, subject.ReadyConsumer(t.Capability, t.PriorityLevel()))
+	c, err := o.tasks.Consumer(ctx, name)
 	switch {
-	case err == nil:
-		ci := c.CachedInfo()
-		lv.undelivered = ci.NumPending
-		lv.pending = ci.NumPending + uint64(max(ci.NumAckPending, 0))
-		lv.delivered = ci.Delivered.Stream
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
-		// Nobody consumes the level yet: what is stored waits.
-		if lv.pending, err = queue.Pending(ctx, o.ready, subject.ReadyConsumer(t.Capability, t.PriorityLevel()), subj); err != nil {
-			return lv, fmt.Errorf("count dispatches of %s: %w", subj, err)
+		lv.missing = true
+		o.buckets.forget(capability)
+		if err := o.ensureObjects(ctx, capability); err != nil {
+			return lv, err
 		}
-		lv.undelivered = lv.pending
-	default:
-		return lv, fmt.Errorf("count dispatches of %s: %w", subj, err)
-	}
-	if lv.pending == 0 {
-		return lv, nil // an empty level is never remembered
-	}
-	m, err := o.ready.GetLastMsgForSubject(ctx, subj)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		// Trimmed meanwhile: the mark is what was delivered.
-		lv.last = lv.delivered
 	case err != nil:
-		return lv, fmt.Errorf("read the last dispatch of %s: %w", subj, err)
+		return lv, fmt.Errorf("read ready consumer %s: %w", name, err)
 	default:
-		lv.last = m.Sequence
+		ci := c.CachedInfo()
+		lv.created, lv.delivered, lv.ackFloor = ci.Created, ci.Delivered.Stream, ci.AckFloor.Stream
 	}
-	o.levels.saw(subj, lv)
+	o.levels.saw(name, lv)
 	return lv, nil
 }
 
-// busyLevels remembers ready levels recently found holding dispatches.
+// levelPending is how many dispatches of a level are still to be delivered
+// or acknowledged (0 without a consumer: nothing is dispatched on it yet).
+func (o *Orchestrator) levelPending(ctx context.Context, capability string, priority int) (uint64, error) {
+	c, err := o.tasks.Consumer(ctx, subject.ReadyConsumer(capability, priority))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count dispatches of %s p%d: %w", capability, priority, err)
+	}
+	ci := c.CachedInfo()
+	return ci.NumPending + uint64(max(ci.NumAckPending, 0)), nil
+}
+
+// busyLevels remembers what was read of ready levels' consumers lately.
 type busyLevels struct {
 	mu   sync.Mutex
 	seen map[string]levelState
 }
 
-// busyLevelMemory is how long a level found holding dispatches is taken
-// to still hold some.
+// busyLevelMemory is how long what was read of a level's consumer is used
+// for the looks at its tasks.
 const busyLevelMemory = 5 * time.Second
 
 func (b *busyLevels) recent(subj string, now time.Time) (levelState, bool) {

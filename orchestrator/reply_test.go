@@ -41,13 +41,13 @@ func TestCommandReplyOnlyToAnInbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spy, err := nc.SubscribeSync(subject.Task("victim"))
+	spy, err := nc.SubscribeSync(subject.TaskHistory("victim"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
 	cmd := nats.NewMsg(subject.Command(subject.CommandCancel, "target-a"))
-	cmd.Header.Set(subject.HeaderReplyTo, subject.Task("victim"))
+	cmd.Header.Set(subject.HeaderReplyTo, subject.TaskEvents("victim"))
 	if _, err := js.PublishMsg(ctx, cmd); err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 }
 
 func (o *Orchestrator) dispatchedFromCache(r task.Report) (task.Task, uint64, bool) {
-	d, ok := o.dispatched.take(r.ID)
+	d, ok := o.dispatchCache.take(r.ID)
 	if !ok || r.DispatchRevision == 0 || r.ClaimRevision != 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
 		return task.Task{}, 0, false
 	}
@@ -152,6 +152,7 @@ func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
 	}
 	r = o.checkObjects(t, r) // objects.go
 	t.UpdatedAt = now
+	t.DispatchRevision = 0 // its dispatch was delivered: the attempt ended
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
 		t.StartedAt = &r.StartedAt
 	}

@@ -44,7 +44,11 @@ func (o *Orchestrator) fireForget(ctx context.Context, f timerFire) error {
 	if err != nil {
 		return fmt.Errorf("forget %s: %w", t.ID, err)
 	}
-	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(subject.Task(t.ID))); err != nil {
+	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(subject.TaskHistory(t.ID))); err != nil {
+		return fmt.Errorf("forget %s: %w", t.ID, err)
+	}
+	// Events written before the current layout (`ax migrate tasks` kept them).
+	if err := tasks.Purge(ctx, jetstream.WithPurgeSubject(subject.LegacyTask(t.ID))); err != nil {
 		return fmt.Errorf("forget %s: %w", t.ID, err)
 	}
 	fanin, err := o.js.Stream(ctx, subject.StreamFanIn)

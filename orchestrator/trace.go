@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -61,23 +60,19 @@ func taskContext(ctx context.Context, t task.Task) (context.Context, []trace.Lin
 	return trace.ContextWithRemoteSpanContext(ctx, own), links
 }
 
-// startDispatch starts the ax.dispatch span of t and returns the message
-// to publish, with the span's traceparent as a header.
-func (o *Orchestrator) startDispatch(ctx context.Context, t task.Task, data []byte) (*nats.Msg, trace.Span) {
+// startDispatch starts the ax.dispatch span of t and returns the
+// traceparent its dispatch carries as a header: the span's, or the task's
+// own when tracing is off.
+func (o *Orchestrator) startDispatch(ctx context.Context, t task.Task) (traceParent string, span trace.Span) {
 	ctx, links := taskContext(ctx, t)
-	ctx, span := o.tracer.Start(ctx, tracing.SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...))
+	ctx, span = o.tracer.Start(ctx, tracing.SpanDispatch, trace.WithSpanKind(trace.SpanKindProducer), trace.WithLinks(links...))
 	if span.IsRecording() {
 		span.SetAttributes(tracing.TaskAttributes(t)...)
 	}
-	msg := &nats.Msg{Subject: subject.Ready(t.Capability, t.PriorityLevel()), Data: data}
-	tp := tracing.TraceParent(ctx)
-	if tp == "" {
-		tp = t.TraceParent
+	if tp := tracing.TraceParent(ctx); tp != "" {
+		return tp, span
 	}
-	if tp != "" {
-		msg.Header = nats.Header{subject.HeaderTraceParent: []string{tp}}
-	}
-	return msg, span
+	return t.TraceParent, span
 }
 
 // tracedOutcome ensures the effects of an attempt's outcome (cur → next) in

@@ -2,14 +2,12 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/queue"
-	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
 )
 
@@ -43,16 +41,12 @@ func (o *Orchestrator) trimLoop(ctx context.Context) {
 			}
 			if err := queue.Trim(ctx, o.js, name, done[name]); err != nil && ctx.Err() == nil {
 				failed = err
-				if name == subject.StreamReady && errors.Is(err, jetstream.ErrStreamNotFound) {
-					o.restoreReady(ctx)
-				}
 			}
 			if !told[name] {
 				told[name] = true
 				o.noteWorkQueue(ctx, name)
 			}
 		}
-		o.releaseParked(ctx)
 		if failed == nil {
 			failures = 0
 			continue

@@ -353,7 +353,7 @@ func transient(err error) bool {
 
 func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 	cons, done, err := scan.Open(ctx, c.js, subject.StreamTasks, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.Task(id)},
+		FilterSubjects: []string{subject.TaskHistory(id)},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
 	})
 	if err != nil {
@@ -390,6 +390,12 @@ func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 		var ev task.Event
 		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
 			return nil, fmt.Errorf("decode task %s: %w", id, err)
+		}
+		// A task's history has a subject per kind of event: the last
+		// message of each comes first, in stream order, and only the
+		// newest of them (none pending after it) is the task's state.
+		if md, err := msg.Metadata(); err == nil && md.NumPending > 0 {
+			continue
 		}
 		if ev.Task.State.Terminal() {
 			return &ev.Task, c.decodeTask(ctx, &ev.Task)
@@ -691,9 +697,11 @@ func (c *Client) TaskIDs(ctx context.Context, prefix string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
+	seen := map[string]bool{} // a task has a subject per kind of event
 	var ids []string
 	for subj := range info.State.Subjects {
-		if id := subject.TaskID(subj); strings.HasPrefix(id, prefix) {
+		if id := subject.TaskID(subj); id != "" && !seen[id] && strings.HasPrefix(id, prefix) {
+			seen[id] = true
 			ids = append(ids, id)
 		}
 	}

@@ -65,6 +65,13 @@ type Task struct {
 	// ("SHA-256=<base64url>"); readers refuse bytes that do not match.
 	// Empty in records written before digests (read unchecked).
 	ResultDigest string `json:"result_digest,omitempty"`
+	// DispatchRevision is, for a ready task whose current execution was
+	// dispatched, the revision of its dispatch: the message on
+	// ax.task.<id>.d.… that executors of its capability consume (0 while the
+	// execution waits for admission, and in states other than ready and
+	// running). Not stored in the dispatch itself (its revision is its own
+	// stream sequence); later events of the same execution carry it.
+	DispatchRevision uint64 `json:"dispatch_revision,omitempty"`
 	// TraceParent is the W3C traceparent of the task's trace (its
 	// submission's span), so its dispatches and attempts join that trace.
 	TraceParent string `json:"trace_parent,omitempty"`
@@ -147,6 +154,11 @@ const (
 	KindDependentAdded EventKind = "dependent_added"
 	// KindShardsRegistered records that every shard of a sharded task exists.
 	KindShardsRegistered EventKind = "shards_registered"
+	// KindMigrated starts a task's history on the current layout of task
+	// histories (`ax migrate tasks`) with its state as an earlier version
+	// recorded it on its legacy subject (from = to: that state, or ready
+	// for a task dispatched again by the migration).
+	KindMigrated EventKind = "migrated"
 )
 
 // Event is one entry of a task's history on ax.task.<id>: what happened and
@@ -170,8 +182,9 @@ type Event struct {
 	Task Task `json:"task"`
 }
 
-// Dispatch is the message on task.ready.<capability>.p<N>: the task record at
-// the revision it was dispatched, with its execution id and attempt.
+// Dispatch is a dispatch as an executor reads it (the message on
+// ax.task.<id>.d.<capability>.p<N>.<type>): the task record at the
+// revision it was dispatched, with its execution id and attempt.
 type Dispatch struct {
 	Task
 	// Revision is the task's revision when it was dispatched: a record read
@@ -200,6 +213,7 @@ func (t Task) Claimed(executor string, at time.Time) Task {
 	t.State = Running
 	t.Executor = executor
 	t.StartedAt = &at
+	t.DispatchRevision = 0 // delivered: nothing of it is queued any more
 	t.UpdatedAt = at
 	t.Reason = "claimed by " + executor
 	return t
@@ -393,6 +407,39 @@ type ClaimRequest struct {
 	Mark bool `json:"mark,omitempty"`
 	// Token is the execution's dispatch token (Dispatch.Token).
 	Token string `json:"token,omitempty"`
+}
+
+// Revocation is an AX_REVOKED value: the execution of a task that no
+// longer runs (cancelled or expired), which executors must not run, or
+// must stop.
+type Revocation struct {
+	// ID and ExecutionID name the execution.
+	ID          string `json:"id"`
+	ExecutionID string `json:"execution_id"`
+	// State is the task's state (cancelled or expired), At when.
+	State State     `json:"state"`
+	At    time.Time `json:"at"`
+}
+
+// InputsRequest asks the orchestrators for the inputs of the task an
+// execution runs (ax.inputs.<capability>): how each of its upstreams ended
+// (Input). Only the executor dispatched the execution has its token;
+// executors do not read task records themselves.
+type InputsRequest struct {
+	// ID and ExecutionID name the execution (its dispatch's).
+	ID          string `json:"id"`
+	ExecutionID string `json:"execution_id"`
+	// Token is the execution's dispatch token (Dispatch.Token).
+	Token string `json:"token"`
+}
+
+// InputsReply answers an InputsRequest: the inputs in depends_on order, or
+// an error.
+type InputsReply struct {
+	// Inputs are how the task's upstreams ended, in depends_on order.
+	Inputs []Input `json:"inputs,omitempty"`
+	// Error says why they could not be read.
+	Error string `json:"error,omitempty"`
 }
 
 // ClaimStatus is the orchestrator's answer to a claim.

@@ -54,8 +54,6 @@ type Config struct {
 	// `ax orchestrator` processes would; on a cluster (or a URL listing
 	// several servers) they are spread over the servers. Default 1.
 	Orchestrators int
-	// ReadyInMemory keeps AX_READY in memory (orchestrator.TopologyOptions).
-	ReadyInMemory bool
 	// GroupCommit turns group commit on (orchestrator.TopologyOptions).
 	GroupCommit bool
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
@@ -386,7 +384,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	defer stop()
 	var rec atomicRecorder
-	topo := orchestrator.TopologyOptions{Replicas: 1, ReadyInMemory: cfg.ReadyInMemory, GroupCommit: &cfg.GroupCommit}
+	topo := orchestrator.TopologyOptions{Replicas: 1, GroupCommit: &cfg.GroupCommit}
 	if cfg.Cluster {
 		topo.Replicas = 3
 	}

@@ -378,10 +378,11 @@ func fairBacklog(ctx context.Context, nc *nats.Conn) (submits, dispatches int) {
 			submits = int(n)
 		}
 	}
-	if st, err := js.Stream(ctx, subject.StreamReady); err == nil {
-		capability := task.DefaultCapability
-		if n, err := queue.Pending(ctx, st, subject.ReadyConsumer(capability, prio), subject.Ready(capability, prio)); err == nil {
-			dispatches = int(n)
+	if levels, err := queue.ReadyLevels(ctx, js, time.Now()); err == nil {
+		for _, lv := range levels {
+			if lv.Capability == task.DefaultCapability && lv.Priority == prio {
+				dispatches = int(lv.Pending + lv.InHand)
+			}
 		}
 	}
 	return

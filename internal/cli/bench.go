@@ -185,7 +185,6 @@ on a fresh embedded server:
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "length of the steady phase")
 	f.Float64Var(&cfg.Capacity, "capacity", 512, "executor capacity")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "embedded server fsyncs every write")
-	f.BoolVar(&cfg.ReadyInMemory, "ready-in-memory", false, "keep AX_READY (the dispatches) in memory, as `ax orchestrator --ready-in-memory`")
 	f.BoolVar(&cfg.GroupCommit, "group-commit", false, "turn group commit on, as `ax topology --group-commit` (batched record writes and submissions)")
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
 	f.IntVar(&cfg.Orchestrators, "orchestrators", 1, "orchestrators to run, each on its own connection, sharing the work as that many `ax orchestrator` processes (with --cluster: spread over the servers)")

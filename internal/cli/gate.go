@@ -89,6 +89,9 @@ func overview(cmd *cobra.Command, g *globals) error {
 			return err
 		}
 	}
+	if backlog["ready"], err = queue.ReadyDepth(ctx, js); err != nil {
+		return err
+	}
 	for _, name := range []string{subject.StreamDLQ, subject.StreamHeld} {
 		st, err := js.Stream(ctx, name)
 		if err != nil {
@@ -117,7 +120,7 @@ func overview(cmd *cobra.Command, g *globals) error {
 	}
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "Backlog\tsubmissions %d\tready %d\treports %d\theld %d\tdead letters %d\n",
-		backlog[subject.StreamSubmit], backlog[subject.StreamReady], backlog[subject.StreamCompleted], backlog[subject.StreamHeld], backlog[subject.StreamDLQ])
+		backlog[subject.StreamSubmit], backlog["ready"], backlog[subject.StreamCompleted], backlog[subject.StreamHeld], backlog[subject.StreamDLQ])
 	_ = w.Flush()
 	fmt.Fprintln(g.stdout, "\nPauses:")
 	if len(gates.Pauses) == 0 {

@@ -76,7 +76,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.IntVar(&cfg.Topology.Replicas, "replicas", 0, "stream replicas, e.g. 3 on a NATS cluster (0 keeps the streams' count, 1 for new ones; lowering it is refused: use `ax topology --replicas N`)")
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
 	groupCommitFlag(f, &cfg.Topology.GroupCommit)
-	readyFlags(f, &cfg.Topology.ReadyInMemory, &cfg.Topology.ReadyMaxBytes, &cfg.Topology.ReadyMaxPerLevel)
+	readyFlags(f)
 	f.DurationVar(&cfg.Topology.TaskHistoryMaxAge, "history-max-age", 0, "remove a finished task's history this long after it finished (0: keep for ever); unfinished tasks are never removed")
 	f.DurationVar(&cfg.DependencyTimeout, "dependency-timeout", orchestrator.DefaultDependencyTimeout, "how long a task waits for a depends_on id that does not exist before it is cancelled (a spec's dependency_timeout overrides it)")
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", orchestrator.DefaultReconcileInterval, "how long an unfinished task may stand still before the reconciler first looks at it")

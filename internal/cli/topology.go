@@ -14,12 +14,18 @@ import (
 	"github.com/ax-run/ax/internal/topology"
 )
 
-// readyFlags are the options of AX_READY's storage (orchestrator and
-// topology).
-func readyFlags(f *pflag.FlagSet, inMemory *bool, maxBytes, perLevel *int64) {
-	f.BoolVar(inMemory, "ready-in-memory", false, "keep AX_READY, the dispatches, in memory: one fsync less per task; a server restart empties it and the reconciler dispatches again (applies when AX_READY is created; see deploy/README.md)")
-	f.Int64Var(maxBytes, "ready-max-bytes", topology.DefaultReadyMaxBytes, "with --ready-in-memory: AX_READY's memory bound (the server's max_memory_store must allow it)")
-	f.Int64Var(perLevel, "ready-max-per-level", topology.DefaultReadyMaxPerLevel, "with --ready-in-memory: dispatches stored per capability and priority; tasks beyond wait, held, until there is room")
+// readyFlags accepts the options of AX_READY's storage that earlier
+// versions had (orchestrator and topology), so their units still start:
+// dispatches are task records now (no AX_READY), and the flags do
+// nothing but say so.
+func readyFlags(f *pflag.FlagSet) {
+	const gone = "dispatches are task records in AX_TASKS now: there is no AX_READY to keep in memory (deploy/README.md, Upgrading)"
+	f.Bool("ready-in-memory", false, "")
+	f.Int64("ready-max-bytes", 0, "")
+	f.Int64("ready-max-per-level", 0, "")
+	for _, name := range []string{"ready-in-memory", "ready-max-bytes", "ready-max-per-level"} {
+		_ = f.MarkDeprecated(name, gone)
+	}
 }
 
 // groupCommitFlag binds --group-commit[=false] to *on, left nil (keep what
@@ -60,8 +66,7 @@ func topologyCmd(g *globals) *cobra.Command {
 		Long: `Creates AX's streams, buckets and object stores, or updates them to this
 version's configuration, as an orchestrator does at start. Unlike an
 orchestrator, it may lower the replica count: --replicas N sets every stream
-to N replicas (0 keeps what they have). --ready-in-memory creates AX_READY
-in memory (an existing one keeps its storage: see deploy/README.md).
+to N replicas (0 keeps what they have).
 --group-commit[=false] turns group commit on or off for every orchestrator
 and client that starts afterwards (deploy/README.md, "Durability").`,
 		Args: cobra.NoArgs,
@@ -88,7 +93,7 @@ and client that starts afterwards (deploy/README.md, "Durability").`,
 		}),
 	}
 	cmd.Flags().IntVar(&opts.Replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
-	readyFlags(cmd.Flags(), &opts.ReadyInMemory, &opts.ReadyMaxBytes, &opts.ReadyMaxPerLevel)
+	readyFlags(cmd.Flags())
 	groupCommitFlag(cmd.Flags(), &opts.GroupCommit)
 	return cmd
 }

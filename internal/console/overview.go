@@ -6,10 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/internal/queue"
@@ -295,47 +292,20 @@ func (s *Server) readMirrorStats(ctx context.Context, now time.Time) mirrorStats
 }
 
 // backlog reads, for every capability and priority with dispatches, the
-// ready consumer's undelivered count and the age of its oldest message:
-// two requests per non-empty subject, whatever the number of tasks.
+// ready consumer's undelivered count and the age of its oldest dispatch
+// (queue.ReadyLevels): two requests per non-empty level, whatever the
+// number of tasks.
 func (s *Server) backlog(ctx context.Context, now time.Time) ([]BacklogRow, error) {
-	st, err := s.js.Stream(ctx, subject.StreamReady)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter("task.ready.>"))
+	levels, err := queue.ReadyLevels(ctx, s.js, now)
 	if err != nil {
 		return nil, err
 	}
 	var out []BacklogRow
-	for subj := range info.State.Subjects {
-		prio, ok := subject.ReadyLevel(subj)
-		if !ok {
-			continue
+	for _, lv := range levels {
+		if lv.Pending > 0 {
+			out = append(out, BacklogRow{Capability: lv.Capability, Priority: lv.Priority, Pending: lv.Pending, OldestAge: lv.Oldest})
 		}
-		capability := strings.TrimPrefix(subj[:strings.LastIndex(subj, ".p")], "task.ready.")
-		row := BacklogRow{Capability: capability, Priority: prio}
-		start := uint64(1)
-		if ci, err := st.Consumer(ctx, subject.ReadyConsumer(capability, prio)); err == nil {
-			cinfo := ci.CachedInfo() // fetched by Consumer
-			row.Pending = cinfo.NumPending
-			start = cinfo.Delivered.Stream + 1
-		} else {
-			row.Pending = info.State.Subjects[subj] // nobody consumes it yet
-		}
-		if row.Pending == 0 {
-			continue
-		}
-		if msg, err := st.GetMsg(ctx, start, jetstream.WithGetMsgSubject(subj)); err == nil {
-			row.OldestAge = max(now.Sub(msg.Time), 0)
-		}
-		out = append(out, row)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Capability != out[j].Capability {
-			return out[i].Capability < out[j].Capability
-		}
-		return out[i].Priority < out[j].Priority
-	})
 	return out, nil
 }
 

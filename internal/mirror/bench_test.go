@@ -84,7 +84,7 @@ func BenchmarkMirror(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := js.PublishAsync(subject.Task(r.TaskID), data); err != nil {
+		if _, err := js.PublishAsync(subject.TaskEvents(r.TaskID), data); err != nil {
 			b.Fatal(err)
 		}
 	}

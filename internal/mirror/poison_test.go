@@ -28,14 +28,14 @@ func TestUndecodableEventDoesNotBlock(t *testing.T) {
 	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(ctx, subject.Task("broken"), []byte("not json")); err != nil {
+	if _, err := js.Publish(ctx, subject.TaskEvents("broken"), []byte("not json")); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
 	ev := task.Event{Kind: task.KindTransition, To: task.Ready, At: now, Actor: "test",
 		Task: task.Task{Spec: task.Spec{ID: "fine", Type: "x", Capability: "default"}, State: task.Ready, SubmittedAt: now, UpdatedAt: now}}
 	data, _ := json.Marshal(ev)
-	if _, err := js.Publish(ctx, subject.Task("fine"), data); err != nil {
+	if _, err := js.Publish(ctx, subject.TaskEvents("fine"), data); err != nil {
 		t.Fatal(err)
 	}
 	_, db := mirrortest.DB(t)
@@ -66,7 +66,7 @@ func TestDeletedConsumerIsRecreated(t *testing.T) {
 		ev := task.Event{Kind: task.KindTransition, To: task.Ready, At: now, Actor: "test",
 			Task: task.Task{Spec: task.Spec{ID: id, Type: "x", Capability: "default"}, State: task.Ready, SubmittedAt: now, UpdatedAt: now}}
 		data, _ := json.Marshal(ev)
-		if _, err := js.Publish(ctx, subject.Task(id), data); err != nil {
+		if _, err := js.Publish(ctx, subject.TaskEvents(id), data); err != nil {
 			t.Fatal(err)
 		}
 	}

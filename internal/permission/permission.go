@@ -158,6 +158,7 @@ func (u User) capabilities() []string {
 // them all with a wildcard, and each is listed. An executor's own
 // capabilities are added to them.
 func (u User) Permissions(capabilities []string) Permissions {
+	ready := readyConsumers(capabilities)
 	objects := objectBuckets(append(slices.Clone(capabilities), u.capabilities()...))
 	var p Permissions
 	switch u.Role {
@@ -166,11 +167,11 @@ func (u User) Permissions(capabilities []string) Permissions {
 	case Executor:
 		p = executor(u.capabilities(), u.Types, objects)
 	case Producer:
-		p = producer(u.Name, u.Types, u.Cancel, objects)
+		p = producer(u.Name, u.Types, u.Cancel, objects, ready)
 	case Mirror:
-		p = mirror()
+		p = mirror(ready)
 	case Operator:
-		p = operator(u.Name, objects)
+		p = operator(u.Name, objects, ready)
 	}
 	p.Subscribe.Allow = append([]string{u.InboxPrefix() + ".>"}, p.Subscribe.Allow...)
 	p.Publish.Allow = append(p.Publish.Allow, u.Publish...)
@@ -240,12 +241,25 @@ var durables = map[string]map[string]Role{
 	subject.StreamTasks: {subject.ConsumerMirror: Mirror},
 }
 
+// readyConsumers are the ready consumers on AX_TASKS of the account's
+// capabilities: the executors', denied to the stream's readers.
+func readyConsumers(capabilities []string) []string {
+	var out []string
+	for _, c := range capabilities {
+		for lvl := range subject.Priorities {
+			out = append(out, subject.ReadyConsumer(c, lvl))
+		}
+	}
+	return out
+}
+
 // read lets a role read a stream: single messages (leader reads, and the
 // direct gets AX_TASKS allows while it has one replica), and
 // short-lived ordered consumers (internal/scan, nats.go's key-value and
 // object-store readers) with their flow-control replies. Another role's
-// durable consumers on the stream are denied.
-func read(p *Permissions, self Role, streams ...string) {
+// durable consumers on the stream are denied, and on AX_TASKS the ready
+// consumers named (the executors').
+func read(p *Permissions, self Role, ready []string, streams ...string) {
 	for _, s := range streams {
 		p.Publish.Allow = append(p.Publish.Allow,
 			msgGet(s),
@@ -257,10 +271,17 @@ func read(p *Permissions, self Role, streams ...string) {
 			consumerDelete(s, "*"),
 			"$JS.FC."+s+".>",
 		)
+		denied := []string{}
 		for name, owner := range durables[s] {
-			if owner == self {
-				continue
+			if owner != self {
+				denied = append(denied, name)
 			}
+		}
+		if s == subject.StreamTasks {
+			denied = append(denied, ready...) // the executors' dispatches
+		}
+		slices.Sort(denied)
+		for _, name := range denied {
 			p.Publish.Deny = append(p.Publish.Deny,
 				jsAPI+"CONSUMER.CREATE."+s+"."+name,
 				jsAPI+"CONSUMER.CREATE."+s+"."+name+".>",
@@ -281,13 +302,14 @@ func orchestrator(objects []string) Permissions {
 	p.Publish.Allow = append(p.Publish.Allow,
 		subject.ReadyAll, subject.CompletedAll, // dispatches; poison re-drives of reports
 		subject.TaskAll, subject.TimerAll, subject.FireAll, subject.CommandAll, subject.DLQAll,
-		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.CancelSignalAll, subject.BellAll,
+		subject.RejectedAll, subject.HeldAll, subject.AuditAll, subject.BellAll,
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
 		subject.SlotWaitAll,  // tasks waiting for a concurrency slot (AX_HELD)
 		subject.FairOwnerAll, // asking the orchestrator holding a task queued for fairness
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
-		kvAll(subject.BucketSlots), // concurrency slots per key
+		kvAll(subject.BucketSlots),   // concurrency slots per key
+		kvAll(subject.BucketRevoked), // executions of cancelled and expired tasks
 		kvAll(subject.BucketKeys),  // the execution-token key: orchestrators only
 		// Command replies (Ax-Reply-To: another user's inbox).
 		subject.ReplyInbox+".>",
@@ -296,30 +318,29 @@ func orchestrator(objects []string) Permissions {
 	for _, b := range objects {
 		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
 	}
-	p.Subscribe.Allow = []string{subject.ClaimAll, subject.DirectAll, subject.StateAll, subject.FairOwnerAll}
+	p.Subscribe.Allow = []string{subject.ClaimAll, subject.InputsAll, subject.DirectAll, subject.StateAll, subject.FairOwnerAll}
 	p.AllowResponses = true // claim and direct-request replies
 	return p
 }
 
 func executor(capabilities, types, objects []string) Permissions {
 	var p Permissions
-	p.Publish.Allow = []string{
-		streamInfoAll,
-		// Its task's record: a leader read, or a direct get while
-		// AX_TASKS has one replica. (Leases are the orchestrator's to read.)
-		msgGet(subject.StreamTasks),
-		jsAPI + "DIRECT.GET." + subject.StreamTasks, jsAPI + "DIRECT.GET." + subject.StreamTasks + ".>",
-	}
+	// No read of AX_TASKS: a dispatch is the ready record itself, with
+	// its execution token in a header, so an executor reads only the
+	// dispatches its capabilities' ready consumers deliver to it (and
+	// asks the orchestrators for its task's inputs). (Leases are the
+	// orchestrator's to read.)
+	p.Publish.Allow = []string{streamInfoAll}
 	for _, c := range capabilities {
 		for lvl := range subject.Priorities {
 			name := subject.ReadyConsumer(c, lvl)
 			p.Publish.Allow = append(p.Publish.Allow,
-				consumerCreate(subject.StreamReady, name, subject.Ready(c, lvl)),
-				consumerNext(subject.StreamReady, name),
-				ack(subject.StreamReady, name),
+				consumerCreate(subject.StreamTasks, name, subject.DispatchFilter(c, lvl)),
+				consumerNext(subject.StreamTasks, name),
+				ack(subject.StreamTasks, name),
 			)
 		}
-		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c), subject.LeaseCapability(c))
+		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c), subject.Inputs(c), subject.LeaseCapability(c))
 		// Plans and large results, in its capability's object store only:
 		// another capability's objects (and AX_OBJECTS) it may not write,
 		// replace or roll up.
@@ -332,8 +353,8 @@ func executor(capabilities, types, objects []string) Permissions {
 	}
 	// Aggregators read their shards' markers; handlers read upstream
 	// results (of any capability) and their own job's objects.
-	read(&p, Executor, append([]string{subject.StreamFanIn}, objStreams(objects)...)...)
-	p.Subscribe.Allow = append(p.Subscribe.Allow, subject.CancelSignalAll)
+	// Revoked executions: watched (their capabilities' keys).
+	read(&p, Executor, nil, append([]string{subject.StreamFanIn, kvStream(subject.BucketRevoked)}, objStreams(objects)...)...)
 	return p
 }
 
@@ -364,14 +385,14 @@ func withDirect(subjects ...string) []string {
 	return out
 }
 
-func producer(name string, types []string, cancel bool, objects []string) Permissions {
+func producer(name string, types []string, cancel bool, objects, ready []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(types), streamInfoAll)
 	if len(types) == 0 {
 		// Task state and results: records, histories and Wait (AX_TASKS),
 		// dependents (AX_EDGES), shard progress (AX_FANIN, AX_COUNTS),
 		// results kept as objects; rejections.
-		read(&p, Producer, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
+		read(&p, Producer, ready, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
 			objStreams(objects)...)...)
 		p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), subject.StateAll)
 	} else {
@@ -382,7 +403,7 @@ func producer(name string, types []string, cancel bool, objects []string) Permis
 		for _, t := range types {
 			p.Publish.Allow = append(p.Publish.Allow, subject.StatePattern(t))
 		}
-		read(&p, Producer, objStreams(objects)...)
+		read(&p, Producer, nil, objStreams(objects)...)
 	}
 	// A resubmission clears its id's stale rejection.
 	p.Publish.Allow = append(p.Publish.Allow, jsAPI+"STREAM.PURGE."+subject.StreamRejected)
@@ -396,7 +417,7 @@ func producer(name string, types []string, cancel bool, objects []string) Permis
 	return p
 }
 
-func mirror() Permissions {
+func mirror(ready []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = []string{
 		streamInfoAll,
@@ -404,11 +425,11 @@ func mirror() Permissions {
 		consumerInfo(subject.StreamTasks, subject.ConsumerMirror),
 		ack(subject.StreamTasks, subject.ConsumerMirror),
 	}
-	read(&p, Mirror, subject.StreamTasks) // pulls; `ax audit rebuild`
+	read(&p, Mirror, ready, subject.StreamTasks) // pulls; `ax audit rebuild`
 	return p
 }
 
-func operator(name string, objects []string) Permissions {
+func operator(name string, objects, ready []string) Permissions {
 	var p Permissions
 	p.Publish.Allow = append(submitSubjects(nil), // re-run, a schedule fired by hand
 		// Commands under its own name only (`ax --as <name>`,
@@ -421,7 +442,7 @@ func operator(name string, objects []string) Permissions {
 		jsAPI+"CONSUMER.INFO.*.*", jsAPI+"CONSUMER.NAMES.*", jsAPI+"CONSUMER.LIST.*", // backlogs, lag
 		jsAPI+"STREAM.PURGE."+subject.StreamRejected,
 	)
-	read(&p, Operator, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
+	read(&p, Operator, ready, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
 		subject.StreamDLQ, subject.StreamRejected, subject.StreamHeld, subject.StreamAudit, subject.StreamPoison,
 		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl), kvStream(subject.BucketSlots)}, objStreams(objects)...)...)
 	return p

@@ -52,8 +52,8 @@ func TestMatch(t *testing.T) {
 }
 
 const (
-	createEmailP0 = "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p0.task.ready.email.p0"
-	createPdfP0   = "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-pdf-p0.task.ready.pdf.p0"
+	createEmailP0 = "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p0.ax.task.*.d.email.p0.>"
+	createPdfP0   = "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-pdf-p0.ax.task.*.d.pdf.p0.>"
 )
 
 // The matrix of the sample account, subject by subject: what each role may
@@ -72,10 +72,12 @@ func TestMatrix(t *testing.T) {
 	sub := func(user, subj string, want bool) check { return check{user, subj, true, want} }
 	checks := []check{
 		// Only the orchestrator writes records, dispatches, timers, topology.
-		pub("orchestrator", subject.Task("x"), true),
-		pub("orchestrator", subject.Ready("email", 0), true),
+		pub("orchestrator", subject.TaskEvents("x"), true),
+		pub("orchestrator", subject.TaskDispatch("x", "email", 0, "email.send"), true),
+		pub("orchestrator", subject.Bell("email", 0), true),
+		sub("orchestrator", subject.Inputs("email"), true),
 		pub("orchestrator", "$JS.API.STREAM.CREATE.AX_TASKS", true),
-		pub("orchestrator", subject.CancelSignal("x"), true),
+		pub("orchestrator", "$KV.AX_REVOKED.email.x", true),
 		sub("orchestrator", subject.Claim("email"), true),
 		sub("orchestrator", "_INBOX.orchestrator.abc", true),
 		sub("orchestrator", "_INBOX.producer.abc", false),
@@ -83,13 +85,17 @@ func TestMatrix(t *testing.T) {
 		// The email executor: its own consumers, reports of its types,
 		// leases, objects, reads; nothing of pdf's, no record, no topology.
 		pub("executor-email", createEmailP0, true),
-		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-email-p5", true),
-		pub("executor-email", "$JS.ACK.AX_READY.ax-ready-email-p3.1.2.3.4.5", true),
+		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-email-p5", true),
+		pub("executor-email", "$JS.ACK.AX_TASKS.ax-ready-email-p3.1.2.3.4.5", true),
+		pub("executor-email", subject.Inputs("email"), true),
+		pub("executor-email", subject.Inputs("pdf"), false),
 		pub("executor-email", subject.Completed("email.send"), true),
 		pub("executor-email", subject.Lease("email", "x"), true),
 		pub("executor-email", subject.Lease("pdf", "x"), false),
 		pub("executor-email", subject.LegacyLease("x"), false),
-		pub("executor-email", "$JS.API.DIRECT.GET.AX_TASKS.ax.task.x", true),
+		// No record read: a dispatch's token is in its message, and only
+		// the executor it is delivered to may see it.
+		pub("executor-email", "$JS.API.DIRECT.GET.AX_TASKS.ax.task.x.>", false),
 		pub("executor-email", subject.Claim("email"), true),
 		// Objects: written only in its capability's store; every
 		// capability's (and the legacy AX_OBJECTS) read.
@@ -111,30 +117,35 @@ func TestMatrix(t *testing.T) {
 		pub("executor-pdf", "$O.AX_OBJECTS_email.M.abc", false),
 		pub("orchestrator", "$O.AX_OBJECTS_pdf.M.abc", true),
 		pub("orchestrator", "$JS.API.STREAM.CREATE.OBJ_AX_OBJECTS_pdf", true),
-		pub("executor-email", "$JS.API.STREAM.MSG.GET.AX_TASKS", true),
+		pub("executor-email", "$JS.API.STREAM.MSG.GET.AX_TASKS", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_TASKS.abc.ax.task.>", false),
 		pub("executor-email", "$JS.API.STREAM.INFO.AX_TASKS", true),
 		sub("executor-email", subject.BellCapability("email"), true),
 		sub("executor-email", subject.ReadyCapability("email"), false),
-		sub("executor-email", subject.CancelSignal("x"), true),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.KV_AX_REVOKED.abc.$KV.AX_REVOKED.email.>", true),
 		pub("executor-email", createPdfP0, false),
-		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p0.task.ready.pdf.p0", false),
-		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_READY.ax-ready-email-p0", false),
-		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_READY.any.task.ready.email.p0", false),
-		pub("executor-email", "$JS.API.CONSUMER.DURABLE.CREATE.AX_READY.ax-ready-email-p0", false),
-		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_READY.ax-ready-pdf-p0", false),
-		pub("executor-email", "$JS.ACK.AX_READY.ax-ready-pdf-p0.1.2.3.4.5", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p0.ax.task.*.d.pdf.p0.>", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p0.ax.task.>", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.AX_TASKS.any.ax.task.*.d.email.p0.>", false),
+		pub("executor-email", "$JS.API.CONSUMER.DURABLE.CREATE.AX_TASKS.ax-ready-email-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-pdf-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-mirror", false),
+		pub("executor-email", "$JS.ACK.AX_TASKS.ax-ready-pdf-p0.1.2.3.4.5", false),
 		pub("executor-email", subject.Completed("pdf.render"), false),
 		pub("executor-email", subject.Claim("pdf"), false),
-		pub("executor-email", subject.Task("x"), false),
-		pub("executor-email", subject.CancelSignal("x"), false),
-		pub("executor-email", subject.Ready("email", 0), false),
+		pub("executor-email", subject.TaskEvents("x"), false),
+		pub("executor-email", "$KV.AX_REVOKED.email.x", false),
+		pub("executor-email", subject.TaskDispatch("x", "email", 0, "email.send"), false),
+		pub("executor-email", subject.Bell("email", 0), false),
 		pub("executor-email", subject.Submit("email.send"), false),
 		pub("executor-email", "$JS.API.STREAM.CREATE.EVIL", false),
 		pub("executor-email", "$JS.API.STREAM.DELETE.AX_TASKS", false),
-		pub("executor-email", "$JS.API.STREAM.UPDATE.AX_READY", false),
+		pub("executor-email", "$JS.API.STREAM.UPDATE.AX_TASKS", false),
 		pub("executor-email", "$JS.API.STREAM.PURGE.AX_TASKS", false),
 		pub("executor-email", "$JS.API.STREAM.PURGE.OBJ_AX_OBJECTS", false),
-		pub("executor-email", "$JS.API.CONSUMER.DELETE.AX_READY.ax-ready-pdf-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.DELETE.AX_TASKS.ax-ready-pdf-p0", false),
+		pub("executor-email", "$JS.API.CONSUMER.DELETE.AX_TASKS.ax-ready-email-p0", false),
 		pub("executor-email", "$KV.AX_CONTROL.pause.all", false),
 		sub("executor-email", subject.BellCapability("pdf"), false),
 		sub("executor-email", subject.ReadyCapability("pdf"), false),
@@ -150,11 +161,14 @@ func TestMatrix(t *testing.T) {
 		pub("producer", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-mirror.ax.task.>", false),
 		pub("producer", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-mirror", false),
 		pub("producer", "$JS.API.CONSUMER.DELETE.AX_TASKS.ax-mirror", false),
-		pub("producer", "$JS.API.CONSUMER.CREATE.AX_READY.abc.task.ready.email.p0", false),
+		// The executors' ready consumers are theirs alone.
+		pub("producer", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-ready-email-p0.ax.task.*.d.email.p0.>", false),
+		pub("producer", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-email-p0", false),
+		pub("producer", "$JS.API.CONSUMER.DELETE.AX_TASKS.ax-ready-pdf-p3", false),
 		pub("producer", subject.Command(subject.CommandCancel, "x"), false),
-		pub("producer", subject.Task("x"), false),
+		pub("producer", subject.TaskEvents("x"), false),
 		pub("producer", subject.Completed("email.send"), false),
-		pub("producer", subject.CancelSignal("x"), false),
+		pub("producer", "$KV.AX_REVOKED.email.x", false),
 		pub("producer", "$JS.API.STREAM.PURGE.AX_TASKS", false),
 		pub("producer", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_pdf", true),
 		pub("producer", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS", true),
@@ -178,15 +192,15 @@ func TestMatrix(t *testing.T) {
 		pub("producer-email", "$JS.API.STREAM.MSG.GET.AX_EDGES", false),
 		pub("producer-email", "$JS.API.STREAM.MSG.GET.AX_REJECTED", false),
 		pub("producer-email", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", true),
-		pub("producer-email", subject.Task("x"), false),
+		pub("producer-email", subject.TaskEvents("x"), false),
 		sub("orchestrator", subject.State("x", "email.send"), true),
 
 		// The mirror reads AX_TASKS only.
 		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_TASKS.ax-mirror.ax.task.>", true),
 		pub("mirror", "$JS.ACK.AX_TASKS.ax-mirror.1.2.3.4.5", true),
-		pub("mirror", subject.Task("x"), false),
+		pub("mirror", subject.TaskEvents("x"), false),
 		pub("mirror", "$JS.API.STREAM.PURGE.AX_TASKS", false),
-		pub("mirror", "$JS.API.CONSUMER.CREATE.AX_READY.abc.task.ready.email.p0", false),
+		pub("mirror", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-email-p0", false),
 		pub("mirror", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", false),
 
 		// Operators command and read; they write no record.
@@ -195,9 +209,10 @@ func TestMatrix(t *testing.T) {
 		pub("operator", subject.Command(subject.CommandRedrive, "x"), false),
 		pub("operator", subject.CommandAs("console", subject.CommandRedrive, "x"), false),
 		pub("operator", subject.Audit("operator", "x"), true),
-		pub("operator", "$JS.API.CONSUMER.INFO.AX_READY.ax-ready-email-p0", true),
+		pub("operator", "$JS.API.CONSUMER.INFO.AX_TASKS.ax-ready-email-p0", true),
+		pub("operator", "$JS.API.CONSUMER.MSG.NEXT.AX_TASKS.ax-ready-email-p0", false),
 		pub("operator", subject.Audit("breaker", "x"), false),
-		pub("operator", subject.Task("x"), false),
+		pub("operator", subject.TaskEvents("x"), false),
 		pub("operator", "$JS.API.STREAM.DELETE.AX_TASKS", false),
 		pub("operator", "$JS.API.STREAM.MSG.GET.OBJ_AX_OBJECTS_email", true),
 		pub("operator", "$O.AX_OBJECTS_email.C.abc", false),

@@ -97,32 +97,59 @@ func TestCompareAndSet(t *testing.T) {
 	}
 }
 
-// TestPeekReadsStateAndExecution: Peek gives the current record's state,
-// execution id and revision (what an executor checks), and not found for a
-// task that has no history.
-func TestPeekReadsStateAndExecution(t *testing.T) {
+// TestDispatchIsTheRecord: a dispatch is written on its own subject
+// (ax.task.<id>.d.<capability>.p<N>.<type>) with its token in a header, and
+// it is the record: the task's last message, read with its revision as its
+// DispatchRevision. Writes on either subject check one revision (the
+// task's last message on any of them): a stale write after a dispatch is
+// refused.
+func TestDispatchIsTheRecord(t *testing.T) {
 	t.Parallel()
-	st := newStore(t)
+	st, js := newStoreJS(t)
 	ctx := testenv.Context(t, 30*time.Second)
-	if _, _, _, err := st.Peek(ctx, "t1"); !errors.Is(err, store.ErrNotFound) {
-		t.Fatalf("peek of a missing task: %v", err)
-	}
-	ev := event("", task.Ready)
-	ev.Task.ExecutionID = "e1"
-	ev.Task.Payload = []byte(`{"skipped":"by Peek"}`)
-	rev, err := st.Write(ctx, ev, 0)
+	rev, err := st.Write(ctx, event("", task.Waiting), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := event(task.Ready, task.Cancelled)
-	next.Task.ExecutionID = "e1"
-	rev2, err := st.Write(ctx, next, rev)
+	ready := event(task.Waiting, task.Ready)
+	ready.Task.ExecutionID, ready.Task.Capability = "e1", "gpu"
+	drev, err := st.Dispatch(ctx, ready, rev, "tok", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, exec, got, err := st.Peek(ctx, "t1")
-	if err != nil || state != task.Cancelled || exec != "e1" || got != rev2 {
-		t.Fatalf("peek: %s %s %d %v, want cancelled e1 %d", state, exec, got, err, rev2)
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := tasks.GetMsg(ctx, drev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := subject.TaskDispatch("t1", "gpu", task.DefaultPriority, "x"); raw.Subject != want || raw.Header.Get(subject.HeaderToken) != "tok" {
+		t.Fatalf("dispatch stored on %q with token %q, want %q with its token", raw.Subject, raw.Header.Get(subject.HeaderToken), want)
+	}
+	got, grev, err := st.Get(ctx, "t1")
+	if err != nil || grev != drev || got.State != task.Ready || got.DispatchRevision != drev {
+		t.Fatalf("record after the dispatch: %+v at %d (%v), want ready at %d with its dispatch revision", got, grev, err, drev)
+	}
+	// A write from before the dispatch loses; one after it wins.
+	if _, err := st.Write(ctx, event(task.Waiting, task.Cancelled), rev); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a write at the revision before the dispatch: %v, want a conflict", err)
+	}
+	if _, err := st.Dispatch(ctx, ready, rev, "tok", ""); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a second dispatch at the revision before: %v, want a conflict", err)
+	}
+	cancelled := event(task.Ready, task.Cancelled)
+	crev, err := st.Write(ctx, cancelled, drev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.History(ctx, "t1")
+	if err != nil || len(h) != 3 || h[1].Event.To != task.Ready || h[1].Event.Task.DispatchRevision != drev || h[2].Revision != crev {
+		t.Fatalf("history: %+v %v", h, err)
+	}
+	if _, err := st.Dispatch(ctx, event(task.Waiting, task.Waiting), crev, "", ""); err == nil {
+		t.Fatal("a dispatch of a record that is not ready was written")
 	}
 }
 

@@ -13,13 +13,13 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		t.Fatalf("read subjects.md: %v", err)
 	}
 	names := []string{
-		StreamSubmit, StreamReady, StreamCompleted, StreamTasks, StreamTimers, StreamCommands, StreamDLQ, StreamRejected,
+		StreamSubmit, StreamCompleted, StreamTasks, StreamTimers, StreamCommands, StreamDLQ, StreamRejected,
 		ConsumerSubmit, ConsumerCompleted, ConsumerTimers, ConsumerCommands, ConsumerMirror,
 		HeaderMsgID, HeaderReplyTo, HeaderSchedule, HeaderScheduleTarget,
-		SubmitAll, GraphSubmit, ReadyAll, CompletedAll, TaskAll, TimerAll, FireAll, CommandAll, DLQAll, RejectedAll,
-		Submit("<type>"), Ready("<capability>", 0)[:len("task.ready.<capability>.p")] + "<N>", Completed("<type>"),
-		Task("<id>"), Timer("<kind>", "<id>"), Fire("<kind>", "<id>"), Command("<kind>", "<id>"), DLQ("<id>"),
-		Rejected("<id>", ""), Rejected("", "<unique>"), CancelSignal("<id>"),
+		SubmitAll, GraphSubmit, CompletedAll, TaskAll, TimerAll, FireAll, CommandAll, DLQAll, RejectedAll,
+		Submit("<type>"), Completed("<type>"),
+		TaskEvents("<id>"), "ax.task.<id>.d.<capability>.p<N>.<type>", TaskHistory("<id>"), HeaderToken, BellAll, Inputs("<capability>"), Timer("<kind>", "<id>"), Fire("<kind>", "<id>"), Command("<kind>", "<id>"), DLQ("<id>"),
+		Rejected("<id>", ""), Rejected("", "<unique>"), BucketRevoked, RevokedKey("<capability>", "<id>"),
 		"ax-ready-<capability>-p<N>", string(TimerRetry), CommandCancel, CommandRedrive,
 		StreamHeld, StreamAudit, HeldAll, AuditAll, BucketSchedules, BucketControl, BucketRetryWindows,
 		ControlPauseAll, "pause.type.<type>", "breaker.<type>", "ax.held.<type>.<id>", "ax.audit.<kind>.<key>",

@@ -88,8 +88,8 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		if task.ValidID(s) {
-			if subject.TaskID(subject.Task(s)) != s {
-				t.Fatalf("TaskID(Task(%q)) = %q", s, subject.TaskID(subject.Task(s)))
+			if subject.TaskID(subject.TaskEvents(s)) != s {
+				t.Fatalf("TaskID(TaskEvents(%q)) = %q", s, subject.TaskID(subject.TaskEvents(s)))
 			}
 			if _, kind, id, ok := subject.ParseCommand(subject.Command(subject.CommandCancel, s)); !ok || kind != subject.CommandCancel || id != s {
 				t.Fatalf("ParseCommand(Command(cancel, %q)) = %q, %q, %v", s, kind, id, ok)

@@ -17,8 +17,7 @@ func TestReplyToAllowed(t *testing.T) {
 		"_INBOX.x.":                  false,
 		"_INBOX.a b":                 false,
 		"x._INBOX.a":                 false,
-		Task("_INBOX"):               false,
-		CancelSignal("_INBOX.x"):     false,
+		TaskEvents("_INBOX"):               false,
 		"_INBOX.producer.x\r\nPUB y": false,
 	} {
 		if got := ReplyToAllowed(subj); got != want {

@@ -63,6 +63,12 @@ const (
 	// (task.KeyLimit): which tasks hold them, and an adaptive limit's
 	// current value.
 	BucketSlots = "AX_SLOTS"
+	// BucketRevoked holds the executions the orchestrators revoked: a
+	// task cancelled or expired under an execution that may still be
+	// queued or running (RevokedKey). Executors watch their capabilities'
+	// keys: a dispatch of a revoked execution is not run, and a running
+	// one's handler is cancelled.
+	BucketRevoked = "AX_REVOKED"
 	// BucketKeys holds the orchestrators' secrets: only the orchestrator
 	// role may read it (deploy/security).
 	BucketKeys = "AX_KEYS"
@@ -137,6 +143,9 @@ const (
 
 // Headers.
 const (
+	// HeaderToken carries a dispatch's execution token (on its message in
+	// AX_TASKS, never in its record).
+	HeaderToken = "Ax-Token"
 	// HeaderMsgID is JetStream's de-duplication header.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderReplyTo names a core NATS subject where the orchestrator answers a command.
@@ -160,7 +169,6 @@ const (
 	RejectedAll     = "ax.rejected.>"
 	HeldAll         = "ax.held.>"
 	AuditAll        = "ax.audit.>"
-	CancelSignalAll = "ax.signal.cancel.>"
 	BellAll         = "ax.bell.>"
 	FanInAll        = "ax.fanin.>"
 	EdgeAll         = "ax.edge.>"
@@ -177,7 +185,6 @@ const (
 	taskPrefix      = "ax.task."
 	dlqPrefix       = "ax.dlq."
 	rejectedPrefix  = "ax.rejected."
-	cancelPrefix    = "ax.signal.cancel."
 	bellPrefix      = "ax.bell."
 	claimPrefix     = "ax.claim."
 	statePrefix     = "ax.state."
@@ -188,6 +195,9 @@ const (
 	// ClaimAll is every claim subject; the orchestrators answer it as one
 	// queue group.
 	ClaimAll = "ax.claim.*"
+	// InputsAll is every inputs request subject (Inputs); the orchestrators
+	// answer it as one queue group.
+	InputsAll = "ax.inputs.*"
 	// StateAll is every typed state read (State); the orchestrators answer
 	// it as one queue group.
 	StateAll = "ax.state.>"
@@ -332,11 +342,81 @@ func IsCompleted(subj string) bool { return strings.HasPrefix(subj, completedPre
 // TypeFromCompleted is the task type of a completed subject (Completed).
 func TypeFromCompleted(subj string) string { return strings.TrimPrefix(subj, completedPrefix) }
 
-// Task is the subject holding a task's history; its last message is its state.
-func Task(id string) string { return taskPrefix + id }
+// A task's history is every message on the subjects under ax.task.<id>.
+// (TaskHistory); the last of them is its state, and its stream sequence the
+// task's revision. Events go on ax.task.<id>.e (TaskEvents), except its
+// dispatches: the event that makes a task ready to run under a new
+// execution, handed to the executors of its capability, goes on
+// ax.task.<id>.d.<capability>.p<N>.<type> (TaskDispatch), which the
+// capability's ready consumers read (DispatchFilter). A record and its
+// dispatch are therefore one stored message. Histories written before this
+// layout are on ax.task.<id> itself (LegacyTask), read-only.
 
-// TaskID returns the id of an ax.task.<id> subject.
-func TaskID(subj string) string { return strings.TrimPrefix(subj, taskPrefix) }
+// TaskEvents is the subject of a task's events other than its dispatches.
+func TaskEvents(id string) string { return taskPrefix + id + ".e" }
+
+// TaskDispatch is the subject of a task's dispatch: its ready record,
+// delivered to an executor of the capability.
+func TaskDispatch(id, capability string, priority int, taskType string) string {
+	return taskPrefix + id + ".d." + capability + ".p" + strconv.Itoa(priority) + "." + taskType
+}
+
+// TaskHistory matches every subject of a task's history (its events and its
+// dispatches): the last message on it is the task's state.
+func TaskHistory(id string) string { return taskPrefix + id + ".>" }
+
+// DispatchFilter matches the dispatches of a capability's priority level:
+// the filter of its ready consumer (ReadyConsumer) on AX_TASKS.
+func DispatchFilter(capability string, priority int) string {
+	return taskPrefix + "*.d." + capability + ".p" + strconv.Itoa(priority) + ".>"
+}
+
+// LegacyTask is the subject the history of a task created by an earlier
+// version was written on (one subject per task); `ax migrate tasks` moves
+// its state onto TaskEvents or TaskDispatch.
+func LegacyTask(id string) string { return taskPrefix + id }
+
+// LegacyTaskAll matches the legacy history subjects (LegacyTask) only.
+const LegacyTaskAll = taskPrefix + "*"
+
+// TaskID returns the task id of any subject of a task's history, current or
+// legacy ("" for another subject).
+func TaskID(subj string) string {
+	rest, ok := strings.CutPrefix(subj, taskPrefix)
+	if !ok {
+		return ""
+	}
+	id, _, _ := strings.Cut(rest, ".")
+	return id
+}
+
+// IsDispatch reports whether subj is a task's dispatch (TaskDispatch).
+func IsDispatch(subj string) bool {
+	rest, ok := strings.CutPrefix(subj, taskPrefix)
+	if !ok {
+		return false
+	}
+	_, rest, ok = strings.Cut(rest, ".")
+	return ok && strings.HasPrefix(rest, "d.")
+}
+
+// ParseDispatch returns the task id, capability, priority and type of a
+// dispatch subject (TaskDispatch).
+func ParseDispatch(subj string) (id, capability string, priority int, taskType string, ok bool) {
+	rest, found := strings.CutPrefix(subj, taskPrefix)
+	if !found {
+		return "", "", 0, "", false
+	}
+	parts := strings.SplitN(rest, ".", 5)
+	if len(parts) != 5 || parts[1] != "d" || len(parts[3]) != 2 || parts[3][0] != 'p' {
+		return "", "", 0, "", false
+	}
+	p := int(parts[3][1] - '0')
+	if p < 0 || p >= Priorities || parts[0] == "" || parts[2] == "" || parts[4] == "" {
+		return "", "", 0, "", false
+	}
+	return parts[0], parts[2], p, parts[4], true
+}
 
 // TimerKind names what a timer does when it fires.
 type TimerKind string
@@ -448,11 +528,20 @@ func Rejected(id, unique string) string {
 	return rejectedPrefix + id
 }
 
-// CancelSignal tells the executor running a task to cancel its handler.
-func CancelSignal(id string) string { return cancelPrefix + id }
+// Inputs is where an executor of capability asks the orchestrators for the
+// inputs of a task it runs (task.InputsRequest).
+func Inputs(capability string) string { return "ax.inputs." + capability }
 
-// TaskIDFromCancelSignal returns the id of an ax.signal.cancel.<id> subject.
-func TaskIDFromCancelSignal(subj string) string { return strings.TrimPrefix(subj, cancelPrefix) }
+// CapabilityFromInputs is the capability of an inputs request subject.
+func CapabilityFromInputs(subj string) string { return strings.TrimPrefix(subj, "ax.inputs.") }
+
+// RevokedKey is the AX_REVOKED key of a task's revoked execution:
+// <capability>.<id>.
+func RevokedKey(capability, id string) string { return capability + "." + id }
+
+// RevokedCapability matches the AX_REVOKED keys of a capability's tasks.
+func RevokedCapability(capability string) string { return capability + ".>" }
+
 
 // Held marks a task held back by a closed gate (pause or open breaker).
 func Held(taskType, id string) string { return "ax.held." + taskType + "." + id }

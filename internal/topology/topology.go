@@ -11,7 +11,6 @@
 package topology
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,22 +41,6 @@ type Options struct {
 	// TTL of the object stores (AX_OBJECTS and each capability's
 	// AX_OBJECTS_<capability>: plans and large results). Default 0: forever.
 	TaskHistoryMaxAge time.Duration
-	// ReadyInMemory keeps AX_READY, the dispatches, in memory instead of
-	// on disk. A dispatch is derived state: the task record says the task
-	// is ready, and the reconciler dispatches again a ready task whose
-	// dispatch is gone (a server restart empties a memory stream; on a
-	// cluster only a restart of every replica does). It takes one stored
-	// message per task off the disk: with fsync on every write, one fsync.
-	// It applies when AX_READY is created: JetStream cannot change the
-	// storage of a stream (see Ensure).
-	ReadyInMemory bool
-	// ReadyMaxBytes bounds AX_READY's memory with ReadyInMemory. Default
-	// DefaultReadyMaxBytes.
-	ReadyMaxBytes int64
-	// ReadyMaxPerLevel bounds the dispatches stored for one capability and
-	// priority with ReadyInMemory, so a capability nobody serves cannot
-	// take every other one's room. Default DefaultReadyMaxPerLevel.
-	ReadyMaxPerLevel int64
 	// GroupCommit, when set, turns group commit on or off for the whole
 	// deployment, recorded in AX_TASKS' metadata (groupcommit.MetadataKey):
 	// orchestrators batch the record writes that queue up, and the SDK
@@ -68,43 +51,12 @@ type Options struct {
 	GroupCommit *bool
 }
 
-// Bounds of an in-memory AX_READY (Options.ReadyInMemory). A dispatch
-// beyond them is refused by the server and its task held until there is
-// room (the orchestrator's parkFull).
-const (
-	DefaultReadyMaxBytes    = 256 << 20
-	DefaultReadyMaxPerLevel = 10_000
-)
-
 // duplicateWindow is the de-duplication window of the queue streams.
 func duplicateWindow(o Options) time.Duration {
 	if o.DuplicateWindow <= 0 {
 		return 2 * time.Minute
 	}
 	return o.DuplicateWindow
-}
-
-// readyConfig is AX_READY's configuration: on disk, or in memory with a
-// bound per level and in bytes (a dispatch beyond either is refused, not
-// an older one dropped).
-func readyConfig(o Options, r int, dup time.Duration) jetstream.StreamConfig {
-	cfg := jetstream.StreamConfig{
-		Name:        subject.StreamReady,
-		Description: "AX ready tasks per capability and priority, consumed by executors",
-		Subjects:    []string{subject.ReadyAll},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    r,
-		Duplicates:  dup,
-	}
-	if o.ReadyInMemory {
-		cfg.Storage = jetstream.MemoryStorage
-		cfg.MaxBytes = cmp.Or(o.ReadyMaxBytes, DefaultReadyMaxBytes)
-		cfg.MaxMsgsPerSubject = cmp.Or(o.ReadyMaxPerLevel, DefaultReadyMaxPerLevel)
-		cfg.Discard = jetstream.DiscardNew
-		cfg.DiscardNewPerSubject = true
-	}
-	return cfg
 }
 
 // Streams returns the configuration of every stream AX uses.
@@ -127,7 +79,6 @@ func Streams(o Options) []jetstream.StreamConfig {
 			// The SDK stores a large SubmitMany as atomic batches.
 			AllowAtomicPublish: true,
 		},
-		readyConfig(o, r, dup),
 		{
 			Name:        subject.StreamCompleted,
 			Description: "AX attempt outcomes reported by executors",
@@ -299,8 +250,15 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 			Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketKeys, Description: "AX orchestrators' secrets (the execution-token key); orchestrators only", History: 1,
 			Storage: jetstream.FileStorage, Replicas: r},
+		{Bucket: subject.BucketRevoked, Description: "AX executions revoked by the orchestrators (cancelled or expired tasks), watched by executors", History: 1,
+			TTL: RevokedTTL, Storage: jetstream.FileStorage, Replicas: r},
 	}
 }
+
+// RevokedTTL is how long a revoked execution is remembered (AX_REVOKED):
+// a dispatch of a cancelled task still queued after it would run (its
+// outcome ignored).
+const RevokedTTL = 7 * 24 * time.Hour
 
 // ObjectStores returns the configuration of every object store AX uses.
 func ObjectStores(o Options) []jetstream.ObjectStoreConfig {
@@ -359,6 +317,64 @@ func EnsureCapabilityObjects(ctx context.Context, js jetstream.JetStream, o Opti
 		}
 	}
 	return err
+}
+
+// ReadyAckWait is the ack wait the ready consumers are created with (an
+// executor's lease of a dispatch; executors set their own, Config.AckWait,
+// when they bind) and ReadyMaxAckPending bounds the dispatches of one level
+// that executors hold at once.
+const (
+	ReadyAckWait       = 30 * time.Second
+	ReadyMaxAckPending = 65536
+)
+
+// ReadyConsumer returns the configuration of a capability's ready consumer
+// of one priority level: the durable pull consumer on AX_TASKS that its
+// executors share, reading its dispatches (subject.DispatchFilter), with
+// ackWait as the executors' lease. It delivers only the dispatches stored
+// after its creation (DeliverNew): a task history is kept, and a consumer
+// created again must not hand out the dispatches of tasks that ran long
+// ago (a dispatch stored while it was missing is found by the reconciler).
+func ReadyConsumer(capability string, priority int, ackWait time.Duration) jetstream.ConsumerConfig {
+	if ackWait <= 0 {
+		ackWait = ReadyAckWait
+	}
+	return jetstream.ConsumerConfig{
+		Durable:       subject.ReadyConsumer(capability, priority),
+		FilterSubject: subject.DispatchFilter(capability, priority),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: ReadyMaxAckPending,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+	}
+}
+
+// EnsureReadyConsumers creates a capability's six ready consumers
+// (ReadyConsumer) that do not exist yet, and leaves those that do as they
+// are (their executors set their ack wait). The orchestrator calls it
+// before the capability's first dispatch, so that dispatch is delivered.
+func EnsureReadyConsumers(ctx context.Context, js jetstream.JetStream, capability string) error {
+	st, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", subject.StreamTasks, err)
+	}
+	for p := range subject.Priorities {
+		cfg := ReadyConsumer(capability, p, 0)
+		_, err := st.Consumer(ctx, cfg.Durable)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("look up ready consumer %s: %w", cfg.Durable, err)
+		}
+		if _, err := st.CreateConsumer(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			// Another orchestrator or an executor created it meanwhile.
+			if _, lookErr := st.Consumer(ctx, cfg.Durable); lookErr != nil {
+				return fmt.Errorf("create ready consumer %s: %w", cfg.Durable, err)
+			}
+		}
+	}
+	return nil
 }
 
 // ensureObjectStore creates or updates one object store, keeping its
@@ -459,11 +475,40 @@ func replicas(ctx context.Context, js jetstream.JetStream, stream string, o Opti
 	return o.Replicas, nil
 }
 
+// TaskLayoutKey is the AX_TASKS metadata entry that says which layout of
+// task histories the stream holds: TaskLayout ("2": every task's events
+// on ax.task.<id>.e and its dispatches on ax.task.<id>.d.…) once no history
+// of the earlier layout (ax.task.<id>) is left unmigrated. A new stream is
+// created with it; an existing one gets it from the orchestrator (when it
+// holds no legacy history) or from `ax migrate tasks`.
+const (
+	TaskLayoutKey = "ax.task_layout"
+	TaskLayout    = "2"
+)
+
+// SetTaskLayout records on AX_TASKS that its histories are all in the
+// current layout (TaskLayoutKey).
+func SetTaskLayout(ctx context.Context, js jetstream.JetStream) error {
+	s, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		return fmt.Errorf("bind %s: %w", subject.StreamTasks, err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.Metadata[TaskLayoutKey] == TaskLayout {
+		return nil
+	}
+	if cfg.Metadata == nil {
+		cfg.Metadata = map[string]string{}
+	}
+	cfg.Metadata[TaskLayoutKey] = TaskLayout
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("record the task layout on %s: %w", subject.StreamTasks, err)
+	}
+	return nil
+}
+
 // ensureStream creates one of AX's streams or updates it, keeping what
-// JetStream cannot change: its retention (keepRetention) and, for
-// AX_READY, its storage — one created on disk stays there, its bounds then
-// unset, until it is removed (EnsureReady recreates it, and the reconciler
-// dispatches again what it held).
+// JetStream cannot change: its retention (keepRetention).
 func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg jetstream.StreamConfig) error {
 	r, err := replicas(ctx, js, cfg.Name, o)
 	if err != nil {
@@ -473,8 +518,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg je
 	if cfg.Name == subject.StreamTasks {
 		// One replica answers everything, so a direct get is a leader
 		// read without the JSON API's cost (a raw message, not JSON with
-		// base64): the executors' check of every dispatch and most of
-		// the orchestrator's reads. With replicas, any of them might
+		// base64): most of the orchestrator's reads. With replicas, any of them might
 		// answer a direct get from behind: leader reads only.
 		cfg.AllowDirect = r == 1
 	}
@@ -482,34 +526,30 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg je
 		return err
 	}
 	if cfg.Name == subject.StreamTasks {
+		s, err := js.Stream(ctx, cfg.Name)
+		exists := err == nil
 		on := o.GroupCommit != nil && *o.GroupCommit
-		if o.GroupCommit == nil {
-			if s, err := js.Stream(ctx, cfg.Name); err == nil {
-				on = groupcommit.Enabled(s.CachedInfo().Config)
+		cfg.Metadata = map[string]string{}
+		if exists {
+			have := s.CachedInfo().Config
+			if o.GroupCommit == nil {
+				on = groupcommit.Enabled(have)
 			}
+			if v, ok := have.Metadata[TaskLayoutKey]; ok {
+				cfg.Metadata[TaskLayoutKey] = v
+			}
+		} else {
+			// A new AX_TASKS holds no history of an earlier layout.
+			cfg.Metadata[TaskLayoutKey] = TaskLayout
 		}
 		if on {
-			cfg.Metadata = map[string]string{groupcommit.MetadataKey: "true"}
-		}
-	}
-	if cfg.Name == subject.StreamReady {
-		if s, err := js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Storage != cfg.Storage {
-			have := s.CachedInfo().Config
-			cfg.Storage, cfg.MaxBytes, cfg.MaxMsgsPerSubject = have.Storage, have.MaxBytes, have.MaxMsgsPerSubject
-			cfg.Discard, cfg.DiscardNewPerSubject = have.Discard, have.DiscardNewPerSubject
+			cfg.Metadata[groupcommit.MetadataKey] = "true"
 		}
 	}
 	if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
 		return fmt.Errorf("ensure stream %s: %w", cfg.Name, err)
 	}
 	return nil
-}
-
-// EnsureReady creates AX_READY if it is missing: an in-memory one is gone
-// after its server restarts (every replica, on a cluster). The orchestrator
-// calls it when it finds the stream gone.
-func EnsureReady(ctx context.Context, js jetstream.JetStream, o Options) error {
-	return ensureStream(ctx, js, o, readyConfig(o, 1, duplicateWindow(o)))
 }
 
 // keepRetention keeps an existing stream's retention: JetStream cannot
@@ -531,7 +571,7 @@ func keepRetention(ctx context.Context, js jetstream.JetStream, cfg *jetstream.S
 
 // Queues are the streams trimmed by consumer position (internal/queue):
 // each message is kept until every consumer reading it acknowledged it.
-var Queues = []string{subject.StreamSubmit, subject.StreamReady, subject.StreamCompleted}
+var Queues = []string{subject.StreamSubmit, subject.StreamCompleted}
 
 // leaderReads turns off direct gets on a bucket's stream (nats.go creates
 // buckets with them), so its reads are answered by the stream leader.
@@ -588,15 +628,19 @@ func Await(ctx context.Context, js jetstream.JetStream, report func(err error, w
 	return Retry(ctx, func(ctx context.Context) error { return Check(ctx, js) }, report)
 }
 
-// Retry runs f until it returns nil or an error wrapping ErrFewerReplicas,
-// waiting 100 ms doubling to 5 s between tries and calling report (may be
-// nil) before each wait; it returns ctx's error wrapped with f's last one
-// when ctx ends.
+// ErrPermanent is wrapped by errors no retry can cure (an operator must
+// act): Retry returns them at once. ErrFewerReplicas is one.
+var ErrPermanent = errors.New("operator action needed")
+
+// Retry runs f until it returns nil or an error wrapping ErrPermanent or
+// ErrFewerReplicas, waiting 100 ms doubling to 5 s between tries and
+// calling report (may be nil) before each wait; it returns ctx's error
+// wrapped with f's last one when ctx ends.
 func Retry(ctx context.Context, f func(ctx context.Context) error, report func(err error, wait time.Duration)) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := f(ctx)
-		if err == nil || errors.Is(err, ErrFewerReplicas) {
+		if err == nil || errors.Is(err, ErrFewerReplicas) || errors.Is(err, ErrPermanent) {
 			return err
 		}
 		if ctx.Err() != nil {
