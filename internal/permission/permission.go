@@ -310,7 +310,7 @@ func orchestrator(objects []string) Permissions {
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
 		kvAll(subject.BucketSlots),   // concurrency slots per key
 		kvAll(subject.BucketRevoked), // executions of cancelled and expired tasks
-		kvAll(subject.BucketKeys),  // the execution-token key: orchestrators only
+		kvAll(subject.BucketKeys),    // the execution-token key: orchestrators only
 		// Command replies (Ax-Reply-To: another user's inbox).
 		subject.ReplyInbox+".>",
 	)

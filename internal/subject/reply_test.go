@@ -17,7 +17,7 @@ func TestReplyToAllowed(t *testing.T) {
 		"_INBOX.x.":                  false,
 		"_INBOX.a b":                 false,
 		"x._INBOX.a":                 false,
-		TaskEvents("_INBOX"):               false,
+		TaskEvents("_INBOX"):         false,
 		"_INBOX.producer.x\r\nPUB y": false,
 	} {
 		if got := ReplyToAllowed(subj); got != want {

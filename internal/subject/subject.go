@@ -157,25 +157,25 @@ const (
 
 // Wildcards and fixed subjects.
 const (
-	SubmitAll       = "task.submit.>"
-	GraphSubmit     = "task.graph.submit"
-	ReadyAll        = "task.ready.>"
-	CompletedAll    = "task.completed.>"
-	TaskAll         = "ax.task.>"
-	TimerAll        = "ax.timer.>"
-	FireAll         = "ax.fire.>"
-	CommandAll      = "ax.cmd.>"
-	DLQAll          = "ax.dlq.>"
-	RejectedAll     = "ax.rejected.>"
-	HeldAll         = "ax.held.>"
-	AuditAll        = "ax.audit.>"
-	BellAll         = "ax.bell.>"
-	FanInAll        = "ax.fanin.>"
-	EdgeAll         = "ax.edge.>"
-	CountAll        = "ax.count.>"
-	LeaseAll        = "ax.lease.>"
-	UniqueAll       = "ax.unique.>"
-	TaskTypeAll     = "ax.type.>"
+	SubmitAll    = "task.submit.>"
+	GraphSubmit  = "task.graph.submit"
+	ReadyAll     = "task.ready.>"
+	CompletedAll = "task.completed.>"
+	TaskAll      = "ax.task.>"
+	TimerAll     = "ax.timer.>"
+	FireAll      = "ax.fire.>"
+	CommandAll   = "ax.cmd.>"
+	DLQAll       = "ax.dlq.>"
+	RejectedAll  = "ax.rejected.>"
+	HeldAll      = "ax.held.>"
+	AuditAll     = "ax.audit.>"
+	BellAll      = "ax.bell.>"
+	FanInAll     = "ax.fanin.>"
+	EdgeAll      = "ax.edge.>"
+	CountAll     = "ax.count.>"
+	LeaseAll     = "ax.lease.>"
+	UniqueAll    = "ax.unique.>"
+	TaskTypeAll  = "ax.type.>"
 )
 
 const (
@@ -541,7 +541,6 @@ func RevokedKey(capability, id string) string { return capability + "." + id }
 
 // RevokedCapability matches the AX_REVOKED keys of a capability's tasks.
 func RevokedCapability(capability string) string { return capability + ".>" }
-
 
 // Held marks a task held back by a closed gate (pause or open breaker).
 func Held(taskType, id string) string { return "ax.held." + taskType + "." + id }
