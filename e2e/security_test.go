@@ -400,11 +400,11 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		})
 		// A dispatch holds its execution's token: executors read no history.
 		refused("executor-email", "Publish", "$JS.API.STREAM.MSG.GET.AX_TASKS", func(ctx context.Context) error {
-			tasks, err := emailJS.Stream(ctx, subject.StreamTasks)
-			if err != nil {
-				return err
-			}
-			_, err = tasks.GetLastMsgForSubject(ctx, subject.TaskHistory("pdf-flaky"))
+			_, err := emailNC.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.AX_TASKS", []byte(`{"last_by_subj":"ax.task.pdf-flaky.>"}`))
+			return err
+		})
+		refused("executor-email", "Publish", "$JS.API.DIRECT.GET.AX_TASKS", func(ctx context.Context) error {
+			_, err := emailNC.RequestWithContext(ctx, "$JS.API.DIRECT.GET.AX_TASKS", []byte(`{"last_by_subj":"ax.task.pdf-flaky.>"}`))
 			return err
 		})
 		refusedSub(emailNC, "executor-email", subject.BellCapability("pdf"))
