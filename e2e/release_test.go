@@ -131,7 +131,7 @@ func TestReleaseBinaries(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ax version: %v", err)
 		}
-		var v struct{ Version, Commit, Date, NATSServer string }
+		var v struct{ Version, Commit, Date string }
 		if err := json.Unmarshal(out, &v); err != nil {
 			t.Fatal(err)
 		}
