@@ -12,6 +12,8 @@
 //	AX_E2E_LOG_LEVEL=debug      log level of orchestrators and workers (default warn)
 //	AX_E2E_LOGDIR=DIR           keep every process log under DIR/<test>/
 //	AX_E2E_TERMINAL_TIMEOUT=7m  wait longer for all tasks to end
+//	AX_RELEASE_ALL=1            TestReleaseBinaries builds all four platforms (default: this one)
+//	AX_IMAGE_RUNNER=buildah     TestImages runs containers with buildah run only (or podman only)
 package e2e
 
 import (

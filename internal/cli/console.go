@@ -149,12 +149,13 @@ func startConsole(ctx context.Context, c *sdk.Client, opts consoleOptions) (stri
 	}
 	cfg := console.Config{Client: c, Credentials: opts.creds, RequireLogin: opts.requireLogin, Logger: &opts.log}
 	var closeDB func()
+	var ping func(context.Context) error // readiness (health.go)
 	if opts.dsn != "" {
 		db, err := openAuditDB(ctx, opts.dsn)
 		if err != nil {
 			return "", nil, err
 		}
-		closeDB = func() { db.Close() }
+		closeDB, ping = func() { db.Close() }, db.PingContext
 		cfg.Auditor = audit.New(db, time.Now)
 		cfg.MirrorInfo = "MySQL"
 		if mc, err := mysql.ParseDSN(opts.dsn); err == nil {
@@ -181,7 +182,7 @@ func startConsole(ctx context.Context, c *sdk.Client, opts consoleOptions) (stri
 		cleanup()
 		return "", nil, fmt.Errorf("console: %w", err)
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: consoleHandler(srv.Handler(), c, ping), ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

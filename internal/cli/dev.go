@@ -19,6 +19,7 @@ import (
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/demo"
+	"github.com/ax-run/ax/internal/health"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
@@ -103,6 +104,8 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		return err
 	}
 	defer obs.stop()
+	obs.health.Add("nats", health.NATS(onc))
+	devStarted := obs.health.Starting("orchestrator and executors")
 	ocfg := orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: obs.tp}
 	watch := orchestratorMetrics(obs.reg, &ocfg)
 	orch, err := orchestrator.New(onc, ocfg)
@@ -145,6 +148,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		defer stopWithin(10*time.Second, ex.Stop)
 		fmt.Fprintf(g.stdout, "  executor %-13s capabilities %v, capacity %.0f\n", ec.ID, ec.Capabilities, ec.Capacity)
 	}
+	devStarted()
 
 	cnc, err := connect("ax-dev-client")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/executor/exectrace"
 	"github.com/ax-run/ax/executor/promexec"
+	"github.com/ax-run/ax/internal/health"
 	"github.com/ax-run/ax/internal/metrics"
 )
 
@@ -25,6 +26,8 @@ type devObservability struct {
 	reg         *prometheus.Registry
 	tp          trace.TracerProvider
 	stopTracing func(context.Context) error
+	// health is served beside the metrics (health.go).
+	health health.Checks
 }
 
 // startDevObservability serves the demo's metrics and prints where, and
@@ -43,9 +46,9 @@ func startDevObservability(ctx context.Context, g *globals, addr string) (*devOb
 	}
 	obs.reg = prometheus.NewRegistry()
 	obs.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	bound, err := metrics.Listen(ctx, addr, obs.reg)
+	bound, err := metrics.Listen(ctx, addr, obs.reg, obs.health.Mount)
 	if err != nil {
-		if bound, err = metrics.Listen(ctx, "127.0.0.1:0", obs.reg); err != nil {
+		if bound, err = metrics.Listen(ctx, "127.0.0.1:0", obs.reg, obs.health.Mount); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"net/http"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ax-run/ax/internal/health"
 	"github.com/ax-run/ax/internal/metrics"
 	"github.com/ax-run/ax/internal/mirror"
 	"github.com/ax-run/ax/orchestrator"
@@ -28,16 +30,19 @@ type daemon struct {
 	// (nil: off).
 	tp          trace.TracerProvider
 	stopTracing func(context.Context) error
+	// health is served beside the metrics (health.go).
+	health *health.Checks
 }
 
 // startDaemon connects and serves metrics; close the connection with stop.
 func (g *globals) startDaemon(ctx context.Context, name, metricsAddr string) (*daemon, error) {
-	d := &daemon{log: g.logger()}
+	d := &daemon{log: g.logger(), health: &health.Checks{}}
 	var err error
 	if d.nc, err = g.connect(name); err != nil {
 		return nil, err
 	}
-	if d.reg, err = serveMetrics(ctx, metricsAddr); err != nil {
+	d.health.Add("nats", health.NATS(d.nc))
+	if d.reg, err = serveMetrics(ctx, metricsAddr, d.health.Mount, d.log); err != nil {
 		d.nc.Close()
 		return nil, err
 	}
@@ -65,17 +70,19 @@ func addMetricsFlag(cmd *cobra.Command, addr *string) {
 	cmd.Flags().StringVar(addr, "metrics-addr", "", "serve Prometheus metrics on this address at /metrics (e.g. :9464; default off)")
 }
 
-// serveMetrics starts the metrics endpoint when addr is set and returns the
-// registry to register on (nil when off).
-func serveMetrics(ctx context.Context, addr string) (*prometheus.Registry, error) {
+// serveMetrics starts the metrics endpoint (and the mounted probes) when
+// addr is set and returns the registry to register on (nil when off).
+func serveMetrics(ctx context.Context, addr string, mount func(*http.ServeMux), log zerolog.Logger) (*prometheus.Registry, error) {
 	if addr == "" {
 		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := metrics.Serve(ctx, addr, reg); err != nil {
+	bound, err := metrics.Listen(ctx, addr, reg, mount)
+	if err != nil {
 		return nil, err
 	}
+	log.Info().Str("addr", bound).Msg("serving /metrics, /healthz and /readyz")
 	return reg, nil
 }
 

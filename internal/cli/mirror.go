@@ -62,10 +62,13 @@ running. See docs/mysql-mirror.md.`,
 			if err != nil {
 				return err
 			}
+			started := d.health.Starting("mirror")
+			d.health.Add("mysql", mirrorWrites(m))
 			if err := m.Start(ctx); err != nil {
 				_ = m.Stop(context.Background())
 				return err
 			}
+			started()
 			exportMirrorLag(ctx, m, d.reg)
 			log.Info().Str("nats", g.natsShown()).Msg("mirror running; Ctrl-C to stop")
 			<-ctx.Done()

@@ -34,9 +34,11 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			om(o)
 			ctx := cmd.Context()
+			started := d.health.Starting("orchestrator")
 			if err := o.Start(ctx); err != nil {
 				return err
 			}
+			started()
 			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if dsn := mysqlDSNOrEnv(dsn); dsn != "" {

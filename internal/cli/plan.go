@@ -32,6 +32,8 @@ type planOutput struct {
 	Executors   int        `json:"executors"`
 	WithMargin  []int      `json:"executors_with_margin"`
 	Now         *planNow   `json:"now,omitempty"`
+	// Autoscaling is the matching KEDA thresholds (plan_autoscaling.go).
+	Autoscaling planAutoscaling `json:"autoscaling"`
 }
 
 // planNow is what the scraped metrics say about the present.
@@ -59,7 +61,14 @@ With --metrics (an orchestrator's and an executor's /metrics URLs, repeatable)
 the figures not given are measured: both are scraped twice, --interval apart;
 S is the tasks that ended per second (in a steady state, the arrival rate),
 T_wait the mean submission → success time, T_exec the mean handler time, the
-slots the executors' mean capacity. It prints every figure with its source.`,
+slots the executors' mean capacity. It prints every figure with its source.
+
+It also prints the thresholds of autoscaling one capability's executors on
+its backlog (KEDA, deploy/helm/ax values executors[].autoscaling): the
+backlog one executor drains within T_wait (slots / T_exec × T_wait), the
+dispatches one executor holds (its slots), the oldest backlog age that adds
+executors (T_wait), and 0 to the executors with the largest margin. Give
+one capability's figures (or scrape its executors) for its thresholds.`,
 		Example: `  ax plan --rate 5000 --wait 10s --exec 500ms --slots 200
   ax plan --metrics http://orchestrator:9464/metrics --metrics http://worker-1:9464/metrics --interval 30s`,
 		Args: cobra.NoArgs,
@@ -101,6 +110,7 @@ slots the executors' mean capacity. It prints every figure with its source.`,
 				return err
 			}
 			out.Margins, out.Backlog, out.Concurrency, out.Executors, out.WithMargin = p.Margins, p.Backlog, p.Concurrency, p.Executors, p.WithMargin
+			out.Autoscaling = autoscalingOf(p)
 			if g.jsonOutput() {
 				return g.printJSON(out)
 			}
@@ -138,6 +148,7 @@ func printPlan(g *globals, out planOutput) {
 	if out.Now != nil {
 		fmt.Fprintf(w, "Now: backlog %.0f, %d executors scraped\n", out.Now.Backlog, out.Now.Executors)
 	}
+	printAutoscaling(g, out.Autoscaling)
 }
 
 func seconds(s float64) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -29,7 +30,8 @@ func TestPlanFromGivenFigures(t *testing.T) {
 		t.Fatalf("ax plan exited %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"S       5000 tasks/s", "given (--rate)", "≈ 50000 tasks", "≈ 2500.0 tasks running",
-		"13 without margin; 17 with a 30 % margin; 19 with a 50 % margin"} {
+		"13 without margin; 17 with a 30 % margin; 19 with a 50 % margin",
+		"backlogPerReplica  4000 ", "inHandPerReplica   200 ", "oldestSeconds      10 ", "minReplicas        0 ", "maxReplicas        19 "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan output lacks %q:\n%s", want, out.String())
 		}
@@ -109,5 +111,10 @@ func TestPlanFromLiveMetrics(t *testing.T) {
 	}
 	if want := p.Rate.Value * p.Exec.Value; p.Concurrency != want {
 		t.Errorf("concurrency %v, want S × T_exec = %v", p.Concurrency, want)
+	}
+	// The KEDA thresholds from the measured figures.
+	a := p.Autoscaling
+	if want := 4 / p.Exec.Value * 1; math.Abs(a.BacklogPerReplica-want) > 1 || a.InHandPerReplica != 4 || a.OldestSeconds != 1 || a.MinReplicas != 0 || a.MaxReplicas < 1 {
+		t.Errorf("autoscaling %+v: want %v backlog per replica (4 slots / %vs × 1s), 4 in hand, 1s", a, want, p.Exec.Value)
 	}
 }

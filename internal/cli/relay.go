@@ -40,6 +40,7 @@ MySQL or NATS is down rows wait and the relay retries. See docs/outbox.md.`,
 				return err
 			}
 			defer d.stop()
+			started := d.health.Starting("relay")
 			log := d.log
 			cfg.Logger = slog.New(zerolog.NewSlogHandler(log))
 			dsn := mysqlDSNOrEnv(dsn)
@@ -61,6 +62,7 @@ MySQL or NATS is down rows wait and the relay retries. See docs/outbox.md.`,
 			if err := r.Start(ctx); err != nil {
 				return mirror.Explain(err, dsn)
 			}
+			started() // the table is migrated and the relay runs
 			exportRelay(ctx, r, d.reg)
 			log.Info().Str("nats", g.natsShown()).Int("schema_version", v).Msg("outbox relay running; Ctrl-C to stop")
 			<-ctx.Done()

@@ -10,6 +10,7 @@ import (
 
 func serverCmd(g *globals) *cobra.Command {
 	var cfg natsserver.Config
+	var healthAddr string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run an embedded NATS server with JetStream (for development and tests; see deploy/ for production)",
@@ -23,6 +24,10 @@ func serverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			log := g.logger()
+			if err := serveServerHealth(cmd.Context(), healthAddr, s, log); err != nil {
+				s.Stop()
+				return err
+			}
 			log.Info().Str("url", s.URL()).Str("store", cfg.StoreDir).Bool("sync_always", cfg.SyncAlways).Msg("NATS server running; Ctrl-C to stop")
 			fmt.Fprintln(g.stdout, s.URL())
 			<-cmd.Context().Done()
@@ -35,5 +40,6 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.Host, "host", "127.0.0.1", "listen address")
 	f.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free one; the URL is printed)")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every write (see deploy/README.md)")
+	f.StringVar(&healthAddr, "health-addr", "", "serve /healthz and /readyz on this address (e.g. :8222; default off)")
 	return cmd
 }

@@ -54,9 +54,11 @@ and for the end-to-end tests.`,
 				m.Watch(ex)
 			}
 			demo.Register(ex)
+			started := d.health.Starting("executor")
 			if err := ex.Start(cmd.Context()); err != nil {
 				return err
 			}
+			started()
 			log.Info().Str("executor", ex.ID()).Msg("worker running; Ctrl-C to stop")
 			<-cmd.Context().Done()
 			ctx, cancel := context.WithTimeout(context.Background(), drain)

@@ -165,19 +165,23 @@ func register(reg prometheus.Registerer, cs ...prometheus.Collector) {
 }
 
 // Serve serves reg's metrics on addr at /metrics until ctx ends.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
-	_, err := Listen(ctx, addr, reg)
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry, mounts ...func(*http.ServeMux)) error {
+	_, err := Listen(ctx, addr, reg, mounts...)
 	return err
 }
 
 // Listen is Serve returning the address it listens on (addr may have port 0).
-func Listen(ctx context.Context, addr string, reg *prometheus.Registry) (string, error) {
+// Each mount adds more paths beside /metrics (the health probes).
+func Listen(ctx context.Context, addr string, reg *prometheus.Registry, mounts ...func(*http.ServeMux)) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("metrics listen on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for _, m := range mounts {
+		m(mux)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -68,3 +68,37 @@ func Make(in Inputs) (Plan, error) {
 
 // ceil rounds up, ignoring float noise just above a whole number.
 func ceil(x float64) int { return int(math.Ceil(x - 1e-9)) }
+
+// Autoscaling is what a backlog-driven autoscaler of one capability's
+// executors (KEDA's Prometheus trigger, deploy/helm/ax) is given, from a
+// plan of that capability: the desired executors are the largest of
+// backlog / BacklogPerReplica, in hand / InHandPerReplica (both rounded
+// up) and the current count scaled by oldest age / OldestSeconds.
+type Autoscaling struct {
+	// BacklogPerReplica is the ax_backlog_tasks one executor drains within
+	// T_wait: its throughput (slots / T_exec) × T_wait, which equals the
+	// plan's backlog divided by its executors, so the planned backlog asks
+	// for the planned executors.
+	BacklogPerReplica float64
+	// InHandPerReplica is the ax_dispatches_in_hand one executor holds at
+	// most (its slots): executors still running tasks are not removed.
+	InHandPerReplica float64
+	// OldestSeconds is T_wait: an ax_backlog_oldest_seconds above it adds
+	// executors in proportion.
+	OldestSeconds float64
+	// MinReplicas is 0 (scale to zero when nothing is queued or running);
+	// MaxReplicas the executors with the largest margin (at least 1).
+	MinReplicas, MaxReplicas int
+}
+
+// Autoscaling returns the thresholds matching p.
+func (p Plan) Autoscaling() Autoscaling {
+	a := Autoscaling{InHandPerReplica: p.Slots, OldestSeconds: p.Wait, MaxReplicas: 1}
+	// A handler time of 0 (no-op tasks) is taken as 1 ms: an executor's
+	// throughput is finite.
+	a.BacklogPerReplica = math.Max(1, math.Ceil(p.Slots/math.Max(p.Exec, 0.001)*p.Wait-1e-9))
+	for _, n := range p.WithMargin {
+		a.MaxReplicas = max(a.MaxReplicas, n)
+	}
+	return a
+}

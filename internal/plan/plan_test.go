@@ -35,3 +35,32 @@ func TestMake(t *testing.T) {
 		}
 	}
 }
+
+func TestAutoscaling(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   Inputs
+		want Autoscaling
+	}{
+		// The notes' example: an executor of 200 slots runs 400 tasks/s
+		// and drains 4,000 in 10 s; the 50,000 backlog asks for 13 of
+		// them, the plan's count; the 50 % margin needs 19.
+		{"notes", Inputs{Rate: 5000, Wait: 10, Exec: 0.5, Slots: 200}, Autoscaling{4000, 200, 10, 0, 19}},
+		{"no-op tasks", Inputs{Rate: 100, Wait: 0.5, Exec: 0, Slots: 16}, Autoscaling{8000, 16, 0.5, 0, 1}},
+		{"idle", Inputs{Rate: 0, Wait: 0, Exec: 2, Slots: 16}, Autoscaling{1, 16, 0, 0, 1}},
+	} {
+		p, err := Make(tc.in)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := p.Autoscaling(); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+		// The planned backlog asks for the planned executors.
+		if p.Exec > 0 && p.Backlog > 0 {
+			if n := ceil(p.Backlog / p.Autoscaling().BacklogPerReplica); n != p.Executors {
+				t.Errorf("%s: backlog %v / %v per replica = %d executors, plan says %d", tc.name, p.Backlog, p.Autoscaling().BacklogPerReplica, n, p.Executors)
+			}
+		}
+	}
+}
