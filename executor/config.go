@@ -82,6 +82,14 @@ type Config struct {
 	// codec with codec.AcceptClear to run payloads submitted in clear
 	// too). Results are not encoded. Default nil: payloads as submitted.
 	Codec codec.Codec
+	// AnnounceInterval is how often the executor rewrites its
+	// announcement in the workers registry (`ax workers`, the console's
+	// Workers page) when nothing changes; a handler starting or ending, or
+	// reporting progress, is announced within a quarter second. An
+	// announcement lives three intervals, so the executor of a process
+	// that died disappears then; Stop removes it at once. Default
+	// DefaultAnnounceInterval (5s); negative: no announcements.
+	AnnounceInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -128,6 +136,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.AnnounceInterval == 0 {
+		c.AnnounceInterval = DefaultAnnounceInterval
 	}
 	return c, nil
 }

@@ -107,8 +107,13 @@ func overview(cmd *cobra.Command, g *globals) error {
 	// Limits unreadable (a deployment whose rights predate AX_SLOTS)
 	// leave the rest of the overview.
 	limits, limitsErr := c.Limits(ctx)
+	workers, workersErr := c.Workers(ctx)
 	if g.jsonOutput() {
-		out := map[string]any{"gates": gates, "backlog": backlog, "recent_audit": audit, "limits": limits}
+		out := map[string]any{"gates": gates, "backlog": backlog, "recent_audit": audit, "limits": limits, "workers": workers}
+		if workersErr != nil {
+			out["workers_error"] = workersErr.Error()
+			delete(out, "workers")
+		}
 		if limitsErr != nil {
 			out["limits_error"] = limitsErr.Error()
 			delete(out, "limits")
@@ -119,6 +124,7 @@ func overview(cmd *cobra.Command, g *globals) error {
 	fmt.Fprintf(w, "Backlog\tsubmissions %d\tready %d\treports %d\theld %d\tdead letters %d\n",
 		backlog[subject.StreamSubmit], backlog[subject.StreamReady], backlog[subject.StreamCompleted], backlog[subject.StreamHeld], backlog[subject.StreamDLQ])
 	_ = w.Flush()
+	printWorkersSummary(g, workers, workersErr)
 	fmt.Fprintln(g.stdout, "\nPauses:")
 	if len(gates.Pauses) == 0 {
 		fmt.Fprintln(g.stdout, "  none")

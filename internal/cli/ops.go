@@ -163,8 +163,15 @@ func statusCmd(g *globals) *cobra.Command {
 			if len(t.DependsOn) > 0 {
 				ins, insErr = c.Inputs(ctx, args[0])
 			}
+			// Where its handler runs now and its progress, from the
+			// workers registry: the record says running only once the
+			// attempt outlived a heartbeat.
+			live := runningNow(ctx, c, t)
 			if g.jsonOutput() {
 				out := map[string]any{"task": t, "history": h}
+				if live != nil {
+					out["running_now"] = live
+				}
 				if shards != nil {
 					out["shards"] = shards
 				}
@@ -177,6 +184,7 @@ func statusCmd(g *globals) *cobra.Command {
 				return g.printJSON(out)
 			}
 			printTask(g, t)
+			printRunningNow(g, t, live)
 			if shards != nil {
 				printShards(g, shards)
 			}

@@ -299,6 +299,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 			Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketKeys, Description: "AX orchestrators' secrets (the execution-token key); orchestrators only", History: 1,
 			Storage: jetstream.FileStorage, Replicas: r},
+		workersBucket(r),
 	}
 }
 
