@@ -344,12 +344,16 @@ func dlqCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.jsonOutput() {
-				return g.printJSON(dls)
+				out := make([]deadLetterJSON, len(dls))
+				for i, d := range dls {
+					out[i] = deadLetterJSON{DeadLetter: d, LastAttempt: d.LastAttempt()}
+				}
+				return g.printJSON(out)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTYPE\tFAILED AT\tATTEMPTS\tREASON")
 			for _, d := range dls {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Spec.ID, d.Spec.Type, d.FailedAt.Format(time.RFC3339), len(d.Attempts), d.Reason)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Spec.ID, d.Spec.Type, d.FailedAt.Format(time.RFC3339), d.LastAttempt(), d.Reason)
 			}
 			return w.Flush()
 		}),
@@ -410,4 +414,12 @@ func rejectedCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many of the newest rejections to show")
 	return cmd
+}
+
+// deadLetterJSON is a dead letter in `ax dlq list -o json`: the entry as
+// stored, whose "attempts" are the failures its record kept (the last 5),
+// and "last_attempt", how many attempts its last series ran.
+type deadLetterJSON struct {
+	task.DeadLetter
+	LastAttempt int `json:"last_attempt"`
 }
