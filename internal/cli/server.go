@@ -33,7 +33,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.StoreDir, "store", "", "JetStream store directory (required)")
 	f.StringVar(&cfg.Host, "host", "127.0.0.1", "listen address")
-	f.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free one; the URL is printed)")
+	f.IntVar(&cfg.Port, "port", defaultNATSPort(), "listen port: the one every ax command and the SDK connect to by default (0 picks a free one; the URL is printed)")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every write (see deploy/README.md)")
 	return cmd
 }

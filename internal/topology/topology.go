@@ -573,12 +573,25 @@ func Check(ctx context.Context, js jetstream.JetStream) error {
 	for _, name := range names {
 		if _, err := js.Stream(ctx, name); err != nil {
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("stream %s not found: %w", name, ErrMissing)
+				return fmt.Errorf("stream %s not found at %s: %w", name, server(js), ErrMissing)
 			}
-			return fmt.Errorf("bind stream %s: %w", name, err)
+			return fmt.Errorf("bind stream %s at %s: %w", name, server(js), err)
 		}
 	}
 	return nil
+}
+
+// server names the NATS server js talks to, for errors that must say
+// which server was asked: its URL without user information.
+func server(js jetstream.JetStream) string {
+	nc := js.Conn()
+	if nc == nil {
+		return "an unknown server"
+	}
+	if u := nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	return "a server that is not connected"
 }
 
 // Await waits until Check passes, retrying with backoff (up to 5 s) and
