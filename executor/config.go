@@ -80,7 +80,10 @@ type Config struct {
 	// the producers' codec (sdk.Client.Codec). A payload that does not
 	// decode fails its attempt permanently, naming the cause (wrap the
 	// codec with codec.AcceptClear to run payloads submitted in clear
-	// too). Results are not encoded. Default nil: payloads as submitted.
+	// too). Results are not encoded. Default nil: payloads as submitted;
+	// an encoded one (a JSON object with an "ax_codec" member) then fails
+	// its task permanently, naming its key id (ErrNoCodec), and its
+	// handler is not run.
 	Codec codec.Codec
 	// AnnounceInterval is how often the executor rewrites its
 	// announcement in the workers registry (`ax workers`, the console's
