@@ -84,7 +84,7 @@ func (o *Orchestrator) updateSchedule(ctx context.Context, name string, change f
 			return nil, err
 		}
 		if s == nil {
-			return nil, fmt.Errorf("%w: schedule %s not found", errCommand, name)
+			return nil, fmt.Errorf("%w: schedule %s %w", errCommand, name, errNotFound)
 		}
 		ok, err := change(s)
 		if err != nil || !ok {
@@ -105,15 +105,15 @@ func (o *Orchestrator) updateSchedule(ctx context.Context, name string, change f
 func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []byte) (*task.Schedule, error) {
 	var def task.Schedule
 	if err := json.Unmarshal(body, &def); err != nil {
-		return nil, fmt.Errorf("%w: decode schedule: %v", errCommand, err)
+		return nil, fmt.Errorf("%w: decode schedule: %v", errInvalid, err)
 	}
 	def.Name = name
 	if err := def.ValidateDefinition(o.cfg.MaxPayload); err != nil {
-		return nil, fmt.Errorf("%w: schedule %s: %v", errCommand, name, err)
+		return nil, fmt.Errorf("%w: schedule %s: %v", errInvalid, name, err)
 	}
 	cron, err := cronspec.Parse(def.Cron, def.TimeZone)
 	if err != nil {
-		return nil, fmt.Errorf("%w: schedule %s: %v", errCommand, name, err)
+		return nil, fmt.Errorf("%w: schedule %s: %v", errInvalid, name, err)
 	}
 	if err := o.admitTypes(ctx, def.Template.Type); err != nil {
 		var rej errRejected
@@ -197,6 +197,16 @@ func (o *Orchestrator) deleteSchedule(ctx context.Context, name string) error {
 	kv, err := o.schedules(ctx)
 	if err != nil {
 		return err
+	}
+	if s, _, err := loadSchedule(ctx, kv, name); err != nil {
+		return err
+	} else if s == nil {
+		// Gone already (deleted before, or never made): its timer too,
+		// unless a crash left it; cancel it anyway.
+		if err := o.cancelTimer(ctx, subject.TimerSchedule, name); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: schedule %s %w", errCommand, name, errNotFound)
 	}
 	if err := kv.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete schedule %s: %w", name, err)

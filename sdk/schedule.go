@@ -60,7 +60,7 @@ func (c *Client) scheduleCommand(ctx context.Context, kind, name string, body []
 		return nil, err
 	}
 	if !rep.OK {
-		return rep.Schedule, fmt.Errorf("%s %s: %s", kind, name, rep.Error)
+		return rep.Schedule, refused(kind, name, rep)
 	}
 	return rep.Schedule, nil
 }
@@ -73,7 +73,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (*task.Schedule, err
 	}
 	e, err := kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("schedule %s not found", name)
+		return nil, fmt.Errorf("schedule %s: %w", name, ErrScheduleNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get schedule %s: %w", name, err)

@@ -30,6 +30,9 @@ func pauseCmd(g *globals) *cobra.Command {
 			if err := c.Pause(ctx, typ, retriesOnly, reason); err != nil {
 				return err
 			}
+			if g.jsonOutput() {
+				return g.printJSON(pauseJSON{Type: typ, Paused: true, RetriesOnly: retriesOnly})
+			}
 			fmt.Fprintf(g.stdout, "paused %s\n", scopeName(typ))
 			return nil
 		}),
@@ -50,6 +53,9 @@ func resumeCmd(g *globals) *cobra.Command {
 			if err := c.Resume(ctx, typ, reason); err != nil {
 				return err
 			}
+			if g.jsonOutput() {
+				return g.printJSON(pauseJSON{Type: typ, Paused: false})
+			}
 			fmt.Fprintf(g.stdout, "resumed %s\n", scopeName(typ))
 			return nil
 		}),
@@ -57,6 +63,14 @@ func resumeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&typ, "type", "", "task type (default: the pause of every type)")
 	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the audit trail")
 	return cmd
+}
+
+// pauseJSON is what ax pause and ax resume print with -o json: the scope
+// ("" type: every type) and its state now.
+type pauseJSON struct {
+	Type        string `json:"type"`
+	Paused      bool   `json:"paused"`
+	RetriesOnly bool   `json:"retries_only"`
 }
 
 func scopeName(typ string) string {

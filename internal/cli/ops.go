@@ -45,7 +45,7 @@ func submitCmd(g *globals) *cobra.Command {
 				ids, err = submitFile(ctx, c, file)
 			} else {
 				if len(args) != 1 {
-					return errors.New("give a task TYPE or -f FILE")
+					return usageError(errors.New("give a task TYPE or -f FILE"))
 				}
 				spec.Type = args[0]
 				if payload != "" {
@@ -60,16 +60,29 @@ func submitCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, id := range ids {
-				if !wait {
-					fmt.Fprintln(g.stdout, id)
-					continue
+			if !wait {
+				if g.jsonOutput() {
+					return g.printJSON(submitJSON{IDs: ids})
 				}
+				for _, id := range ids {
+					fmt.Fprintln(g.stdout, id)
+				}
+				return nil
+			}
+			out := submitJSON{IDs: ids, Tasks: make([]*task.Task, 0, len(ids))}
+			for _, id := range ids {
 				t, err := c.Wait(ctx, id)
 				if err != nil {
 					return err
 				}
+				if g.jsonOutput() {
+					out.Tasks = append(out.Tasks, t)
+					continue
+				}
 				fmt.Fprintf(g.stdout, "%s\t%s\n", id, t.State)
+			}
+			if g.jsonOutput() {
+				return g.printJSON(out)
 			}
 			return nil
 		}),
@@ -86,6 +99,7 @@ func submitCmd(g *globals) *cobra.Command {
 	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
+	f.DurationVar((*time.Duration)(&spec.Delay), "delay", 0, "keep the task waiting this long before it may run")
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
 	f.StringVarP(&file, "file", "f", "", "JSON file with one spec, or a graph {\"tasks\":[…]}")
 	f.BoolVar(&wait, "wait", false, "wait until the task ends and print its state")
@@ -98,21 +112,28 @@ func submitCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// submitJSON is what ax submit prints with -o json: the ids submitted
+// and, with --wait, each task as it ended.
+type submitJSON struct {
+	IDs   []string     `json:"ids"`
+	Tasks []*task.Task `json:"tasks,omitempty"`
+}
+
 func submitFile(ctx context.Context, c *sdk.Client, file string) ([]string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return nil, usageError(err)
 	}
 	if strings.Contains(string(data), `"tasks"`) {
 		g, err := task.DecodeGraph(data)
 		if err != nil {
-			return nil, err
+			return nil, usageError(err)
 		}
 		return c.SubmitGraph(ctx, g.Tasks)
 	}
 	s, err := task.DecodeSpec(data)
 	if err != nil {
-		return nil, err
+		return nil, usageError(err)
 	}
 	id, err := c.Submit(ctx, s)
 	return []string{id}, err
@@ -378,6 +399,9 @@ func redriveCmd(g *globals) *cobra.Command {
 			t, err := c.RedriveWithReason(ctx, args[0], reason, opts...)
 			if err != nil {
 				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(t)
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
 			return nil

@@ -53,9 +53,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, c := range commands(g) {
 		root.AddCommand(c)
 	}
+	markUsageErrors(root)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "ax:", err)
-		if g.jsonOutput() {
+		if g.jsonOutput() || jsonAsked(args) {
 			_ = g.printJSON(errorJSON(err))
 		}
 		return 1
@@ -155,3 +156,48 @@ func (g *globals) printJSON(v any) error {
 }
 
 func (g *globals) jsonOutput() bool { return g.output == "json" }
+
+// markUsageErrors makes the errors of the command line itself — an
+// unknown command or flag, a wrong number of arguments — usage errors
+// (-o json code "invalid") throughout the command tree. A group of
+// commands (ax, ax dlq, …) run without a subcommand prints its help; with
+// an unknown one it fails.
+func markUsageErrors(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageError(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+				}
+				return cmd.Help()
+			}
+		case c.Args != nil:
+			args := c.Args
+			c.Args = func(cmd *cobra.Command, a []string) error { return usageError(args(cmd, a)) }
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// jsonAsked reports whether args ask for -o json: for an error in the
+// command line itself, which stops parsing before the flag is read.
+func jsonAsked(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-ojson", a == "--output=json", a == "-o=json":
+			return true
+		case (a == "-o" || a == "--output") && i+1 < len(args) && args[i+1] == "json":
+			return true
+		}
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -30,6 +31,9 @@ func scheduleCmd(g *globals) *cobra.Command {
   ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
+			if s.Cron == "" || typ == "" {
+				return usageError(errors.New(`required flags "cron" and "type"`))
+			}
 			s.Name = args[0]
 			s.Template.Type = typ
 			if payload != "" {
@@ -41,7 +45,7 @@ func scheduleCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printSchedules(g, []task.Schedule{*got})
+			return printSchedule(g, got)
 		}),
 	}
 	s.Template.Priority, s.Template.MaxRetries = new(task.DefaultPriority), new(task.DefaultMaxRetries)
@@ -58,8 +62,6 @@ func scheduleCmd(g *globals) *cobra.Command {
 	f.StringVar(&s.Overlap, "overlap", task.OverlapSkip, "skip (a firing while the previous task runs is skipped) or allow")
 	f.BoolVar(&s.CatchUp, "catch-up", false, "after downtime fire every missed slot (up to 1000), not once")
 	f.BoolVar(&s.Paused, "paused", false, "create it paused")
-	_ = create.MarkFlagRequired("cron")
-	_ = create.MarkFlagRequired("type")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -81,10 +83,13 @@ func scheduleCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if s == nil {
+					if g.jsonOutput() {
+						return g.printJSON(map[string]any{"name": args[0], "deleted": true})
+					}
 					fmt.Fprintf(g.stdout, "%s deleted\n", args[0])
 					return nil
 				}
-				return printSchedules(g, []task.Schedule{*s})
+				return printSchedule(g, s)
 			})}
 	}
 	pause := action("pause", "Stop a schedule from firing", (*sdk.Client).PauseSchedule)
@@ -94,6 +99,14 @@ func scheduleCmd(g *globals) *cobra.Command {
 	})
 	cmd.AddCommand(create, list, pause, resume, del)
 	return cmd
+}
+
+// printSchedule prints one schedule: an object with -o json.
+func printSchedule(g *globals, s *task.Schedule) error {
+	if g.jsonOutput() {
+		return g.printJSON(s)
+	}
+	return printSchedules(g, []task.Schedule{*s})
 }
 
 func printSchedules(g *globals, ss []task.Schedule) error {

@@ -16,7 +16,7 @@ func serverCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.StoreDir == "" {
-				return fmt.Errorf("--store is required")
+				return usageError(fmt.Errorf("--store is required"))
 			}
 			s, err := natsserver.Start(cfg)
 			if err != nil {
@@ -24,7 +24,11 @@ func serverCmd(g *globals) *cobra.Command {
 			}
 			log := g.logger()
 			log.Info().Str("url", s.URL()).Str("store", cfg.StoreDir).Bool("sync_always", cfg.SyncAlways).Msg("NATS server running; Ctrl-C to stop")
-			fmt.Fprintln(g.stdout, s.URL())
+			if g.jsonOutput() {
+				_ = g.printJSON(map[string]string{"url": s.URL(), "store": cfg.StoreDir})
+			} else {
+				fmt.Fprintln(g.stdout, s.URL())
+			}
 			<-cmd.Context().Done()
 			s.Stop()
 			return nil
