@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,7 +106,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		return err
 	}
 	defer obs.stop()
-	ocfg := orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: obs.tp}
+	ocfg := orchestrator.Config{NodeID: "orchestrator-dev", Logger: slogger(log), TracerProvider: obs.tp}
 	watch := orchestratorMetrics(obs.reg, &ocfg)
 	orch, err := orchestrator.New(onc, ocfg)
 	if err != nil {
@@ -135,7 +134,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		if err != nil {
 			return err
 		}
-		ec.Logger = slog.New(zerolog.NewSlogHandler(log))
+		ec.Logger = slogger(log)
 		watch := obs.executorHooks(&ec)
 		ex, err := executor.New(nc, ec)
 		if err != nil {

@@ -35,7 +35,7 @@ var jsonElsewhere = map[string]string{
 	"relay status": "relay_test.go", "bench": "bench_test.go", "bench shards": "bench_test.go", "bench producer": "bench_test.go",
 	"plan": "plan_test.go", "poison redrive": "poison_test.go",
 	"server": "daemon (with -o json it prints {\"url\", \"store\"} once it listens: commands_test.go)",
-	"dev": "daemon", "orchestrator": "daemon", "worker": "daemon", "console": "daemon", "mirror": "daemon", "relay": "daemon",
+	"dev":    "daemon", "orchestrator": "daemon", "worker": "daemon", "console": "daemon", "mirror": "daemon", "relay": "daemon",
 }
 
 // TestJSONContractOfEveryCommand runs every data command with -o json and

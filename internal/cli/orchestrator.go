@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/orchestrator"
@@ -26,7 +24,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer d.stop()
 			log, nc, reg := d.log, d.nc, d.reg
-			cfg.Logger, cfg.TracerProvider = slog.New(zerolog.NewSlogHandler(log)), d.tp
+			cfg.Logger, cfg.TracerProvider = slogger(log), d.tp
 			om := orchestratorMetrics(reg, &cfg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/natsconn"
@@ -24,13 +23,14 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // globals are the flags every command shares.
 type globals struct {
-	nats     natsconn.Settings  // connection flags (natsflags.go)
-	resolved *natsconn.Resolved // nats resolved once per command
-	logLevel string
-	output   string
-	caller   string // --as: who sends commands (sdk.Client.Caller)
-	stdout   io.Writer
-	stderr   io.Writer
+	nats      natsconn.Settings  // connection flags (natsflags.go)
+	resolved  *natsconn.Resolved // nats resolved once per command
+	logLevel  string
+	logFormat string
+	output    string
+	caller    string // --as: who sends commands (sdk.Client.Caller)
+	stdout    io.Writer
+	stderr    io.Writer
 }
 
 // Run executes the ax command line and returns the process exit code.
@@ -48,6 +48,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf := root.PersistentFlags()
 	g.addNATSFlags(pf)
 	pf.StringVar(&g.logLevel, "log-level", envOr("AX_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env AX_LOG_LEVEL)")
+	pf.StringVar(&g.logFormat, "log-format", envOr("AX_LOG_FORMAT", logFormatText), "log format on stderr: text (coloured only on a terminal) or json, one object per line; RFC 3339 times (env AX_LOG_FORMAT)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.checkLogFlags() }
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.caller, "as", os.Getenv("AX_AS"), "send commands as this caller, recorded with what they change: ax.cmd.as.<name>.… (with per-user permissions, your NATS user's own name; env AX_AS)")
 	for _, c := range commands(g) {
@@ -78,15 +80,6 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-// logger returns a console logger at the configured level on stderr.
-func (g *globals) logger() zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(g.logLevel)
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: g.stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
 }
 
 // connect dials the configured NATS server with the configured
