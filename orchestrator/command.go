@@ -57,6 +57,8 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		err = o.setLimit(ctx, id, req)
 	case kind == subject.CommandLimitDelete:
 		err = o.deleteLimit(ctx, id, req)
+	case kind == subject.CommandDLQDelete:
+		err = o.discardDeadLetter(ctx, id, req) // dlq.go
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errInvalid, kind)
 	}

@@ -59,3 +59,77 @@ func TestDLQListShowsTheAttemptNumber(t *testing.T) {
 }
 
 func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// ax dlq rm discards dead letters — one, a selection, a search — each with
+// an audit event naming who and why; the tasks stay failed and can still be
+// re-driven. A search can be tried with --dry-run first.
+func TestDLQRm(t *testing.T) {
+	t.Parallel()
+	url, ax := dlqStack(t)
+	c := testenv.Client(t, url)
+	ctx := testenv.Context(t, time.Minute)
+	for _, id := range []string{"rm-one", "rm-two", "rm-three", "rm-keep"} {
+		ax(0, "submit", demo.TypeFail, "--id", id, "--max-retries", "0")
+	}
+	ax(0, "submit", demo.TypeFlaky, "--id", "rm-flaky", "--max-retries", "0", "--payload", `{"fail_times":3}`)
+	testenv.Eventually(t, 30*time.Second, "five dead letters", func() bool {
+		dls, err := c.DeadLetters(ctx)
+		return err == nil && len(dls) == 5
+	})
+	listed := func() string { return ax(0, "dlq", "list") }
+
+	// One, by id, as a named operator with a reason.
+	if out := ax(0, "dlq", "rm", "rm-one", "--reason", "customer closed", "--as", "olga"); !strings.Contains(out, "discarded rm-one") {
+		t.Fatalf("dlq rm one: %q", out)
+	}
+	if strings.Contains(listed(), "rm-one") {
+		t.Fatal("rm-one is still in the dead-letter queue")
+	}
+	evs, err := c.AuditEvents(ctx, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, ev := range evs {
+		found = found || ev.Kind == "dlq" && ev.Key == "rm-one" && ev.To == "discarded" && strings.Contains(ev.Reason, "customer closed") && strings.Contains(ev.Reason, "olga")
+	}
+	if !found {
+		t.Errorf("no audit event of the discard: %+v", evs)
+	}
+	if got, err := c.Get(ctx, "rm-one"); err != nil || got.State != "failed" {
+		t.Fatalf("rm-one after its dead letter went: %+v, %v", got, err)
+	}
+	// A selection.
+	ax(0, "dlq", "rm", "rm-two", "rm-three")
+	// A search: a dry run discards nothing, then the real one.
+	raw := ax(0, "dlq", "rm", "--type", demo.TypeFlaky, "--error", "simulated failure", "--dry-run", "-o", "json")
+	var res dlqRmJSON
+	if err := json.Unmarshal([]byte(raw), &res); err != nil || !res.DryRun || len(res.Discarded) != 1 || res.Discarded[0] != "rm-flaky" {
+		t.Fatalf("dry run: %s (%v)", raw, err)
+	}
+	if !strings.Contains(listed(), "rm-flaky") {
+		t.Fatal("a dry run discarded")
+	}
+	ax(0, "dlq", "rm", "--type", demo.TypeFlaky, "--error", "simulated failure")
+	out := listed()
+	for _, gone := range []string{"rm-two", "rm-three", "rm-flaky"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("%s still listed:\n%s", gone, out)
+		}
+	}
+	if !strings.Contains(out, "rm-keep") {
+		t.Errorf("rm-keep was discarded:\n%s", out)
+	}
+	// Gone already: not found. Neither ids nor a search: a usage error.
+	raw = ax(1, "dlq", "rm", "rm-one", "-o", "json")
+	if !strings.Contains(raw, `"code": "not_found"`) {
+		t.Errorf("discarding twice: %s", raw)
+	}
+	if raw = ax(1, "dlq", "rm", "-o", "json"); !strings.Contains(raw, `"code": "invalid"`) {
+		t.Errorf("dlq rm without ids: %s", raw)
+	}
+	// The task can still be re-driven.
+	if out := ax(0, "redrive", "rm-one"); !strings.Contains(out, "rm-one\tready") && !strings.Contains(out, "rm-one\t") {
+		t.Errorf("redrive after discard: %q", out)
+	}
+}

@@ -147,6 +147,7 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 	if field(ok("redrive", "j-fail2"), "id") != "j-fail2" {
 		t.Error("redrive: no task")
 	}
+	ok("dlq", "rm", "--all", "--dry-run")
 	ok("rejected")
 	if v := ok("pause", "--type", "j.paused"); field(v, "paused") != true || field(v, "type") != "j.paused" {
 		t.Errorf("pause: %v", v)
@@ -200,6 +201,8 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 		{codeNotFound, []string{"schedule", "pause", "no-such-schedule", "--nats", u}},
 		{codeNotFound, []string{"schedule", "delete", "no-such-schedule", "--nats", u}},
 		{codeNotFound, []string{"poison", "redrive", "999", "--nats", u}},
+		{codeNotFound, []string{"dlq", "rm", "no-such-task", "--nats", u}},
+		{codeInvalid, []string{"dlq", "rm", "--nats", u}},
 		{codeConflict, []string{"cancel", "j-one", "--nats", u}},
 		{codeConflict, []string{"redrive", "j-one", "--nats", u}},
 		{codeInvalid, []string{"status", "a", "b", "--nats", u}},

@@ -354,7 +354,7 @@ func cancelCmd(g *globals) *cobra.Command {
 }
 
 func dlqCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "dlq", Short: "List and re-drive dead-lettered tasks"}
+	cmd := &cobra.Command{Use: "dlq", Short: "List, re-drive and discard dead-lettered tasks"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the dead-letter queue",
@@ -379,7 +379,7 @@ func dlqCmd(g *globals) *cobra.Command {
 			return w.Flush()
 		}),
 	})
-	cmd.AddCommand(redriveCmd(g))
+	cmd.AddCommand(redriveCmd(g), dlqRmCmd(g))
 	return cmd
 }
 

@@ -75,6 +75,8 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
 	groupCommitFlag(f, &cfg.Topology.GroupCommit)
 	readyFlags(f, &cfg.Topology.ReadyInMemory, &cfg.Topology.ReadyMaxBytes, &cfg.Topology.ReadyMaxPerLevel)
+	f.DurationVar(&cfg.Topology.DLQMaxAge, "dlq-max-age", 0, "keep dead letters this long in AX_DLQ (0: keep the stream's setting, for ever at first; negative: for ever); the tasks' records stay failed")
+	f.Var(dlqRetentionFlag{&cfg.DeadLetterRetention}, "dlq-retention", "keep one task type's dead letters shorter, repeatable: TYPE=DURATION (e.g. email.send=72h)")
 	f.DurationVar(&cfg.Topology.TaskHistoryMaxAge, "history-max-age", 0, "remove a finished task's history this long after it finished (0: keep for ever); unfinished tasks are never removed")
 	f.DurationVar(&cfg.DependencyTimeout, "dependency-timeout", orchestrator.DefaultDependencyTimeout, "how long a task waits for a depends_on id that does not exist before it is cancelled (a spec's dependency_timeout overrides it)")
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", orchestrator.DefaultReconcileInterval, "how long an unfinished task may stand still before the reconciler first looks at it")

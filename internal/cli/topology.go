@@ -101,6 +101,7 @@ and client that starts afterwards (deploy/README.md, "Durability").`,
 		}),
 	}
 	cmd.Flags().IntVar(&opts.Replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
+	cmd.Flags().DurationVar(&opts.DLQMaxAge, "dlq-max-age", 0, "keep dead letters this long in AX_DLQ (0: keep the stream's setting; negative: for ever)")
 	readyFlags(cmd.Flags(), &opts.ReadyInMemory, &opts.ReadyMaxBytes, &opts.ReadyMaxPerLevel)
 	groupCommitFlag(cmd.Flags(), &opts.GroupCommit)
 	return cmd

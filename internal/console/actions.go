@@ -25,6 +25,8 @@ const (
 	actSchedulePause  = "schedule-pause"
 	actScheduleResume = "schedule-resume"
 	actScheduleRun    = "schedule-trigger"
+	// actDLQDiscard discards dead letters (dlq.go): their tasks stay failed.
+	actDLQDiscard = "dlq-discard"
 )
 
 // bulkWorkers bounds the commands a bulk action has in flight.
@@ -135,6 +137,10 @@ func (s *Server) resolve(ctx context.Context, action string, f url.Values) (*pla
 		p.Summary = "Force a re-run of task " + p.IDs[0] + ": a new task with the same spec, id " + p.IDs[0] + "-rerun-<n>, runs its handler again."
 	case actRedrive:
 		if err := s.resolveRedrive(ctx, f, p, keep); err != nil {
+			return nil, err
+		}
+	case actDLQDiscard:
+		if err := s.resolveDiscard(ctx, f, p, keep); err != nil {
 			return nil, err
 		}
 	case actPause, actResume:
@@ -274,7 +280,7 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 		}
 	}
 	switch p.Action {
-	case actCancel, actRedrive, actRerun:
+	case actCancel, actRedrive, actRerun, actDLQDiscard:
 		out := make([]outcome, len(p.IDs))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, bulkWorkers)
@@ -354,6 +360,11 @@ func (s *Server) taskCommand(ctx context.Context, u user, p *plan, id, reason st
 			opts = append(opts, sdk.WithDependents())
 		}
 		t, err = s.c.RedriveWithReason(ctx, id, reason, opts...)
+	case actDLQDiscard:
+		if err = s.c.DiscardDeadLetter(ctx, id, reason); err == nil {
+			o.OK, o.Detail, o.Link = true, "dead letter discarded; the task stays failed", "/task/"+escapeID(id)
+			return o
+		}
 	case actRerun:
 		var nid string
 		nid, err = s.c.Rerun(ctx, id)

@@ -3,8 +3,12 @@ package console_test
 import (
 	"context"
 	"errors"
+	"html"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +54,57 @@ func TestConsoleDLQShowsTheAttemptNumber(t *testing.T) {
 	if got := row.FindStringSubmatch(body)[1]; got != "7" {
 		t.Fatalf("the dead-letter page shows %s attempts for a task that ran 7", got)
 	}
+}
+
+// An operator discards dead letters in the console — one, or a group —
+// after a confirmation page; they leave the queue, the audit trail names
+// the operator, the tasks stay failed. A viewer cannot.
+func TestConsoleDiscardDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := setup(t, false)
+	shard := task.ShardID(f.sharded, 3)
+	viewer := f.login(viewerName, viewerSecret)
+	if code, _ := viewer.act("dlq-discard", url.Values{"id": {f.failing}}, true); code != http.StatusForbidden {
+		t.Fatalf("a viewer discarded: %d", code)
+	}
+	op := f.login(operatorName, operatorSecret)
+	op.mustGet("/dlq", `action="/actions/dlq-discard"`, `id="discard-selected"`, `data-discard-group="`+typeToggle+`"`)
+	code, body := op.act("dlq-discard", url.Values{"id": {f.failing}, "reason": {"order refunded"}, "back": {"/dlq"}}, false)
+	if code != http.StatusOK || !strings.Contains(body, "Discard the dead letter of task "+f.failing) || !strings.Contains(body, "stay failed") {
+		t.Fatalf("confirm page: %d\n%s", code, excerpt(body))
+	}
+	if code, body = op.act("dlq-discard", url.Values{"id": {f.failing}, "reason": {"order refunded"}}, true); code != http.StatusOK || !strings.Contains(body, "dead letter discarded") {
+		t.Fatalf("discard: %d\n%s", code, excerpt(body))
+	}
+	waitAudit(t, f, "dlq-discard", f.failing)
+	if body := op.mustGet("/dlq"); strings.Contains(body, ">"+f.failing+"<") {
+		t.Fatalf("the discarded dead letter is still listed:\n%s", excerpt(body))
+	}
+	if st := f.state(f.failing); st != task.Failed {
+		t.Fatalf("discarded task is %s", st)
+	}
+	// A group: the shard's dead letter.
+	dls, err := f.c.DeadLetters(context.Background())
+	if err != nil || len(dls) != 1 || dls[0].Spec.ID != shard {
+		t.Fatalf("dead letters left: %+v, %v", dls, err)
+	}
+	group := dlqGroupKey(t, op)
+	if code, body = op.act("dlq-discard", url.Values{"group": {group}}, true); code != http.StatusOK || !strings.Contains(body, "dead letter discarded") {
+		t.Fatalf("discard the group: %d\n%s", code, excerpt(body))
+	}
+	op.mustGet("/dlq", `id="nodlq"`)
+	// Nothing left to discard: refused, nothing changed.
+	if code, body = op.act("dlq-discard", url.Values{"group": {group}}, true); code != http.StatusBadRequest || !strings.Contains(body, "empty now") {
+		t.Fatalf("discarding an empty group: %d\n%s", code, excerpt(body))
+	}
+}
+
+// dlqGroupKey is the key of the first group on the dead-letter page.
+func dlqGroupKey(t *testing.T, b *browser) string {
+	t.Helper()
+	m := regexp.MustCompile(`name="group" value="([^"]+)"`).FindStringSubmatch(b.mustGet("/dlq"))
+	if m == nil {
+		t.Fatal("no dead-letter group on /dlq")
+	}
+	return html.UnescapeString(m[1])
 }

@@ -36,6 +36,10 @@ type Options struct {
 	AllowFewerReplicas bool
 	// DuplicateWindow is the submit stream's de-duplication window. Default 2m.
 	DuplicateWindow time.Duration
+	// DLQMaxAge is how long AX_DLQ keeps a dead letter (the stream's max
+	// age; a per-message TTL can make one type's shorter). 0 keeps what
+	// the stream has (for ever when creating it); negative: for ever.
+	DLQMaxAge time.Duration
 	// TaskHistoryMaxAge bounds how long the history of a finished task is
 	// kept after it finished (the orchestrator removes it then, with its
 	// fan-in markers); unfinished tasks are never removed. It is also the
@@ -178,6 +182,9 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Storage:           jetstream.FileStorage,
 			Replicas:          r,
 			MaxMsgsPerSubject: 1,
+			MaxAge:            max(o.DLQMaxAge, 0),
+			// A task type's dead letters may be kept shorter (a TTL each).
+			AllowMsgTTL: true,
 		},
 		{
 			Name:              subject.StreamHeld,
@@ -481,6 +488,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg je
 	}
 	if err := keepRetention(ctx, js, &cfg); err != nil {
 		return err
+	}
+	if cfg.Name == subject.StreamDLQ && o.DLQMaxAge == 0 {
+		// Not asked: keep the retention the cluster has.
+		if s, err := js.Stream(ctx, cfg.Name); err == nil {
+			cfg.MaxAge = s.CachedInfo().Config.MaxAge
+		}
 	}
 	if cfg.Name == subject.StreamTasks {
 		on := o.GroupCommit != nil && *o.GroupCommit
