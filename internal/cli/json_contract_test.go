@@ -175,6 +175,7 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 	ok("limits", "set", "j.*", "--concurrency", "2")
 	ok("limits", "rm", "j.*")
 	ok("workers")
+	ok("tasks", "ls", "--state", "succeeded", "--limit", "2")
 	fails(codeNotFound, "mirror", "lag", "--nats", srv.URL()) // no mirror ever ran
 	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
 	if _, err := js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, jetstream.ConsumerConfig{Durable: subject.ConsumerMirror,

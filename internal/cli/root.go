@@ -71,7 +71,7 @@ func commands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		devCmd(g), orchestratorCmd(g), serverCmd(g), workerCmd(g),
 		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), redriveCmd(g), rejectedCmd(g), benchCmd(g), scheduleCmd(g), pauseCmd(g), resumeCmd(g), limitsCmd(g), mirrorCmd(g), auditCmd(g), topologyCmd(g), poisonCmd(g), consoleCmd(g),
-		relayCmd(g), planCmd(g), natsAccountsCmd(g), workersCmd(g),
+		relayCmd(g), planCmd(g), natsAccountsCmd(g), workersCmd(g), tasksCmd(g),
 	}
 }
 
