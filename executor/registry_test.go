@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-run/ax/axtest"
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/task"
 )
@@ -38,6 +41,7 @@ func TestWorkersRegistryShowsWhatRunsWhere(t *testing.T) {
 	if err := ex.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	js, _ := jetstream.New(testenv.Conn(t, env.URL))
 	find := func() *task.Worker {
 		ws, err := env.Client.Workers(ctx)
 		if err != nil {
@@ -57,6 +61,18 @@ func TestWorkersRegistryShowsWhatRunsWhere(t *testing.T) {
 		t.Fatalf("idle announcement: %+v", w)
 	}
 
+	seqOfRegistry := func() uint64 {
+		st, err := js.Stream(ctx, "KV_"+subject.BucketWorkers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	before := seqOfRegistry()
 	spec, _ := task.New("reg.slow", nil)
 	spec.Capability = "reg"
 	id, err := env.Client.Submit(ctx, spec)
@@ -73,6 +89,11 @@ func TestWorkersRegistryShowsWhatRunsWhere(t *testing.T) {
 		}
 		return x != nil && x.Progress != nil && x.Progress.Percent == 40
 	})
+	// 1,001 progress reports made a handful of writes of the registry
+	// (at most one every quarter second per executor), not one each.
+	if writes := seqOfRegistry() - before; writes > 50 {
+		t.Errorf("the registry was written %d times for 1,001 progress reports", writes)
+	}
 	rec, err := env.Client.Get(ctx, id)
 	if err != nil {
 		t.Fatal(err)
