@@ -115,7 +115,11 @@ func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []b
 	if err != nil {
 		return nil, fmt.Errorf("%w: schedule %s: %v", errInvalid, name, err)
 	}
-	if err := o.admitTypes(ctx, def.Template.Type); err != nil {
+	if len(def.Graph) > 0 {
+		if err := o.checkScheduleGraph(ctx, &def); err != nil { // schedule_graph.go
+			return nil, err
+		}
+	} else if err := o.admitTypes(ctx, def.Template.Type); err != nil {
 		var rej errRejected
 		if errors.As(err, &rej) {
 			return nil, fmt.Errorf("%w: schedule %s: template: %v", errCommand, name, rej.reason)
@@ -126,7 +130,9 @@ func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []b
 		def.Overlap = task.OverlapSkip
 	}
 	def.Template.ID = ""
-	def.Template.Normalize()
+	if len(def.Graph) == 0 {
+		def.Template.Normalize()
+	}
 	kv, err := o.schedules(ctx)
 	if err != nil {
 		return nil, err
@@ -246,10 +252,17 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 			return err
 		}
 		id := cronspec.FireID(s.Name, slot)
-		if skip {
+		switch {
+		case skip:
 			s.Skipped++
 			o.log.Info("firing skipped: previous task still running", slog.String("schedule", s.Name), slog.Time("slot", slot), slog.String("running", s.LastTaskID))
-		} else {
+		case len(s.Graph) > 0:
+			last, err := o.fireGraph(ctx, s, id) // schedule_graph.go
+			if err != nil {
+				return err
+			}
+			s.LastTaskID = last
+		default:
 			spec := s.Template
 			spec.ID = id
 			err := o.admitTypes(ctx, spec.Type)

@@ -486,7 +486,7 @@ func (c *Client) send(ctx context.Context, kind, id string, body []byte) (*task.
 		}
 	}
 	if rep.Schedule != nil {
-		if err := c.decodeSpec(ctx, &rep.Schedule.Template); err != nil {
+		if err := c.decodeSchedule(ctx, rep.Schedule); err != nil {
 			return &rep, fmt.Errorf("%s %s: done, but: %w", kind, id, err)
 		}
 	}

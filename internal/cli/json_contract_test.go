@@ -171,6 +171,10 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 	if v := ok("schedule", "delete", "j-sched"); field(v, "deleted") != true {
 		t.Errorf("schedule delete: %v", v)
 	}
+	// A schedule of a whole graph.
+	if v := ok("schedule", "create", "j-graph", "--cron", "@hourly", "-f", graph); len(field(v, "graph").([]any)) != 2 {
+		t.Errorf("schedule create -f: %v", v)
+	}
 	ok("limits")
 	ok("limits", "set", "j.*", "--concurrency", "2")
 	ok("limits", "rm", "j.*")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -23,16 +24,18 @@ func scheduleCmd(g *globals) *cobra.Command {
 		payload string
 		timeout time.Duration
 		ttl     time.Duration
+		graph   string
 	)
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create or replace a schedule",
 		Example: `  ax schedule create nightly-report --cron "0 2 * * *" --tz Europe/Berlin --type report.build
-  ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow`,
+  ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow
+  ax schedule create nightly-etl --cron "0 3 * * *" -f etl.json      # a whole graph {"tasks":[…]} each night`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
-			if s.Cron == "" || typ == "" {
-				return usageError(errors.New(`required flags "cron" and "type"`))
+			if s.Cron == "" || (typ == "") == (graph == "") {
+				return usageError(errors.New(`required flags: "cron", and "type" or a graph file (-f)`))
 			}
 			s.Name = args[0]
 			s.Template.Type = typ
@@ -41,6 +44,17 @@ func scheduleCmd(g *globals) *cobra.Command {
 			}
 			s.Template.Timeout = task.Duration(timeout)
 			s.Template.TTL = task.Duration(ttl)
+			if graph != "" {
+				data, err := os.ReadFile(graph)
+				if err != nil {
+					return usageError(err)
+				}
+				g, err := task.DecodeGraph(data)
+				if err != nil {
+					return usageError(fmt.Errorf("%s: %w", graph, err))
+				}
+				s.Graph, s.Template = g.Tasks, task.Spec{}
+			}
 			got, err := c.CreateSchedule(ctx, s)
 			if err != nil {
 				return err
@@ -52,7 +66,8 @@ func scheduleCmd(g *globals) *cobra.Command {
 	f := create.Flags()
 	f.StringVar(&s.Cron, "cron", "", "5-field (minute first) or 6-field (seconds first) cron, @hourly…, or \"@every 30s\" (required)")
 	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone of the cron fields (default UTC)")
-	f.StringVar(&typ, "type", "", "task type of each firing (required)")
+	f.StringVar(&typ, "type", "", "task type of each firing (or -f)")
+	f.StringVarP(&graph, "file", "f", "", "a graph {\"tasks\":[…]} each firing creates whole, its ids prefixed with the firing's (instead of --type and the template flags)")
 	f.StringVar(&payload, "payload", "", "payload as JSON")
 	f.IntVar(s.Template.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&s.Template.Capability, "capability", task.DefaultCapability, "capability")
@@ -124,7 +139,11 @@ func printSchedules(g *globals, ss []task.Schedule) error {
 		if tz == "" {
 			tz = "UTC"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.Cron, tz, s.Template.Type, s.Overlap, s.Paused, next, s.LastTaskID, s.Skipped)
+		what := s.Template.Type
+		if len(s.Graph) > 0 {
+			what = fmt.Sprintf("graph of %d tasks", len(s.Graph))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.Cron, tz, what, s.Overlap, s.Paused, next, s.LastTaskID, s.Skipped)
 	}
 	return w.Flush()
 }

@@ -46,6 +46,8 @@ type plan struct {
 	// WithDependents applies to re-drive: the dependents the failure
 	// cancelled are re-opened too (the confirmation page's checkbox).
 	WithDependents bool
+	// Schedule is the schedule a schedule-save stores (schedules.go).
+	Schedule *task.Schedule
 	// Fields are the form's fields, posted again on confirmation.
 	Fields [][2]string
 	Back   string
@@ -163,6 +165,14 @@ func (s *Server) resolve(ctx context.Context, action string, f url.Values) (*pla
 			}
 		} else {
 			p.Summary = "Resume " + what + " and release the tasks its pause held."
+		}
+	case actScheduleSave:
+		if err := s.resolveScheduleSave(ctx, f, p, keep); err != nil {
+			return nil, err
+		}
+	case actScheduleDelete:
+		if err := s.resolveScheduleDelete(ctx, f, p, keep); err != nil {
+			return nil, err
 		}
 	case actSchedulePause, actScheduleResume, actScheduleRun:
 		name := strings.TrimSpace(f.Get("name"))
@@ -321,6 +331,17 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 		var err error
 		detail := ""
 		switch p.Action {
+		case actScheduleSave:
+			var saved *task.Schedule
+			if saved, err = s.c.CreateSchedule(ctx, *p.Schedule); err == nil {
+				detail = "saved"
+				if saved.NextFire != nil {
+					detail += "; next firing " + saved.NextFire.UTC().Format(time.RFC3339)
+				}
+			}
+		case actScheduleDelete:
+			err = s.c.DeleteSchedule(ctx, p.Scope)
+			detail = "deleted"
 		case actSchedulePause:
 			_, err = s.c.PauseSchedule(ctx, p.Scope)
 			detail = "paused"

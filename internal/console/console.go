@@ -229,6 +229,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /dlq", s.page(s.handleDLQ))
 	m.HandleFunc("GET /rejected", s.page(s.handleRejected))
 	m.HandleFunc("GET /schedules", s.page(s.handleSchedules))
+	m.HandleFunc("GET /schedules/new", s.page(s.handleScheduleForm))
+	m.HandleFunc("GET /schedules/edit", s.page(s.handleScheduleForm))
 	m.HandleFunc("GET /workers", s.page(s.handleWorkers))
 	m.HandleFunc("GET /login", s.public(s.handleLoginForm))
 	m.HandleFunc("POST /login", s.public(s.handleLogin))

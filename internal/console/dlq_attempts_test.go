@@ -108,3 +108,76 @@ func dlqGroupKey(t *testing.T, b *browser) string {
 	}
 	return html.UnescapeString(m[1])
 }
+
+// Schedules are managed in the console: created (a task or a whole
+// graph), edited and deleted by an operator after a confirmation page,
+// each recorded in the audit trail.
+func TestConsoleManagesSchedules(t *testing.T) {
+	t.Parallel()
+	f := setup(t, false)
+	ctx := context.Background()
+	op := f.login(operatorName, operatorSecret)
+	op.mustGet("/schedules", `id="new-schedule"`, `data-edit="nightly"`, `data-delete="nightly"`)
+	op.mustGet("/schedules/new", `id="schedule-form"`, `action="/actions/schedule-save"`)
+
+	// Create a graph schedule: confirm, then it exists.
+	form := url.Values{"name": {"etl"}, "cron": {"0 3 * * *"}, "time_zone": {"Europe/Berlin"}, "overlap": {"skip"},
+		"graph": {`{"tasks":[{"id":"extract","type":"demo.noop"},{"id":"load","type":"demo.noop","depends_on":["extract"]}]}`}}
+	code, body := op.act("schedule-save", form, false)
+	if code != http.StatusOK || !strings.Contains(body, "Create schedule etl: a graph of 2 tasks each firing of &#34;0 3 * * *&#34; (Europe/Berlin)") {
+		t.Fatalf("confirm: %d\n%s", code, excerpt(body))
+	}
+	if code, body = op.act("schedule-save", form, true); code != http.StatusOK || !strings.Contains(body, "saved; next firing") {
+		t.Fatalf("save: %d\n%s", code, excerpt(body))
+	}
+	sc, err := f.c.Schedule(ctx, "etl")
+	if err != nil || len(sc.Graph) != 2 || sc.TimeZone != "Europe/Berlin" {
+		t.Fatalf("created schedule: %+v, %v", sc, err)
+	}
+	waitAudit(t, f, "schedule-save", "schedule=etl")
+
+	// Edit the demo's nightly schedule: its form is filled in; change the cron.
+	body = op.mustGet("/schedules/edit?name=nightly", `value="0 2 * * *"`, `value="demo.noop"`, "readonly")
+	_ = body
+	edit := url.Values{"name": {"nightly"}, "cron": {"30 4 * * *"}, "type": {"demo.noop"}, "priority": {"1"}, "capability": {"default"},
+		"max_retries": {"2"}, "timeout": {"1m"}, "overlap": {"allow"}, "payload": {`{"day":"today"}`}}
+	if code, body = op.act("schedule-save", edit, true); code != http.StatusOK || !strings.Contains(body, "Replace schedule nightly") {
+		t.Fatalf("edit: %d\n%s", code, excerpt(body))
+	}
+	if sc, err = f.c.Schedule(ctx, "nightly"); err != nil || sc.Cron != "30 4 * * *" || sc.Overlap != "allow" || sc.Template.PriorityLevel() != 1 ||
+		sc.Template.RetryLimit() != 2 || string(sc.Template.Payload) != `{"day":"today"}` {
+		t.Fatalf("edited schedule: %+v, %v", sc, err)
+	}
+
+	// Bad input is refused, naming why; nothing changes.
+	for _, bad := range []url.Values{
+		{"name": {"x"}, "cron": {"every now and then"}, "type": {"demo.noop"}},
+		{"name": {"x"}, "cron": {"@hourly"}, "type": {"demo.noop"}, "graph": {`{"tasks":[{"id":"a","type":"t"}]}`}},
+		{"name": {"x"}, "cron": {"@hourly"}, "type": {"demo.noop"}, "payload": {"not json"}},
+		{"name": {"bad name"}, "cron": {"@hourly"}, "type": {"demo.noop"}},
+	} {
+		if code, body = op.act("schedule-save", bad, true); code != http.StatusBadRequest || !strings.Contains(body, "Nothing was changed") {
+			t.Errorf("bad schedule %v: %d\n%s", bad, code, excerpt(body))
+		}
+	}
+	if _, err := f.c.Schedule(ctx, "x"); err == nil {
+		t.Fatal("a refused schedule was created")
+	}
+
+	// Delete: confirm, then gone, audited.
+	if code, body = op.act("schedule-delete", url.Values{"name": {"etl"}}, false); code != http.StatusOK || !strings.Contains(body, "Delete schedule etl") {
+		t.Fatalf("confirm delete: %d\n%s", code, excerpt(body))
+	}
+	if code, body = op.act("schedule-delete", url.Values{"name": {"etl"}}, true); code != http.StatusOK || !strings.Contains(body, "deleted") {
+		t.Fatalf("delete: %d\n%s", code, excerpt(body))
+	}
+	if _, err := f.c.Schedule(ctx, "etl"); err == nil {
+		t.Fatal("the deleted schedule is still there")
+	}
+	waitAudit(t, f, "schedule-delete", "schedule=etl")
+	// A viewer may look, not change.
+	viewer := f.login(viewerName, viewerSecret)
+	if code, _ := viewer.act("schedule-delete", url.Values{"name": {"nightly"}}, true); code != http.StatusForbidden {
+		t.Fatalf("a viewer deleted a schedule: %d", code)
+	}
+}
