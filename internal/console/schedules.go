@@ -32,9 +32,9 @@ const (
 // text.
 type scheduleForm struct {
 	Name, Cron, TimeZone, Type, Payload, Capability, Overlap string
-	Priority, MaxRetries                                    int
-	Timeout, TTL                                            string
-	CatchUp, Paused                                         bool
+	Priority, MaxRetries                                     int
+	Timeout, TTL                                             string
+	CatchUp, Paused                                          bool
 	// Graph is a graph schedule's {"tasks":[…]} (Type is then empty).
 	Graph string
 	// Editing: the schedule exists (its name is fixed).
