@@ -31,6 +31,7 @@ const (
 	consoleViewer     = "vince"
 	consoleViewerPW   = "vince-password-1"
 	typeReport        = "report.build"
+	typeRender        = "report.render"
 )
 
 // TestConsoleBrowser drives the web console in headless Chromium against
@@ -62,6 +63,19 @@ func TestConsoleBrowser(t *testing.T) {
 			return nil, fmt.Errorf("warehouse unavailable: connection to 10.0.0.%d:5432 refused", 10+j.Attempt)
 		}
 		return map[string]any{"rows": 1234, "report": j.ID}, nil
+	})
+	// A long render reports its progress: the Workers page and its task
+	// page show where it runs and how far it is, before its record says
+	// running.
+	rendering, renderDone := make(chan struct{}), make(chan struct{})
+	ex.HandleFunc(typeRender, func(ctx context.Context, j *executor.Job) (any, error) {
+		j.Progress(ctx, 60, "rendering page 3 of 5")
+		close(rendering)
+		select {
+		case <-renderDone:
+		case <-ctx.Done():
+		}
+		return nil, nil
 	})
 	if err := ex.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -180,6 +194,37 @@ func TestConsoleBrowser(t *testing.T) {
 		shot("console-overview.png"))
 	if got := text("#count-failed"); strings.TrimSpace(got) == "" || got == "0" {
 		t.Fatalf("overview counts %q failed tasks", got)
+	}
+
+	// What runs where: the render's executor and its progress, live.
+	render, err := cl.Submit(ctx, task.Spec{ID: "render-" + task.NewID(), Type: typeRender, Capability: "reports"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-rendering
+	run("workers",
+		chromedp.Navigate(base+"workers"),
+		chromedp.WaitVisible(`#workers tr[data-worker="reports-1"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#running tr[data-running="`+render+`"]`, chromedp.ByQuery),
+		shot("console-workers.png"))
+	if got := text("#running"); !strings.Contains(got, "rendering page 3 of 5") || !strings.Contains(got, "60%") {
+		t.Fatalf("running now: %q", got)
+	}
+	if got := text("#workers"); !strings.Contains(got, "worker-1") || !strings.Contains(got, typeReport) {
+		t.Fatalf("workers: %q", got)
+	}
+	run("the running task",
+		chromedp.Navigate(base+"task/"+render),
+		chromedp.WaitVisible(`#running-on`, chromedp.ByQuery))
+	if got := text("#why"); !strings.Contains(got, "Running on executor reports-1") {
+		t.Fatalf("why of the running task: %q", got)
+	}
+	if got := text("#progress"); !strings.Contains(got, "rendering page 3 of 5") {
+		t.Fatalf("progress: %q", got)
+	}
+	close(renderDone)
+	if got, err := cl.Wait(ctx, render); err != nil || got.State != task.Succeeded {
+		t.Fatalf("render: %+v, %v", got, err)
 	}
 
 	// Read-only: anonymous, then a viewer; their re-drive is refused.
@@ -326,6 +371,74 @@ func TestConsoleBrowser(t *testing.T) {
 	if got := text("#gates"); strings.Contains(got, "Resume") {
 		t.Fatalf("overview still shows a pause: %q", got)
 	}
+	// The other two reports' dead letters are not worth re-driving:
+	// discard their group after a confirmation.
+	run("discard a dead-letter group",
+		chromedp.Navigate(base+"dlq"),
+		chromedp.WaitVisible(`button[data-discard-group="`+typeReport+`"]`, chromedp.ByQuery),
+		chromedp.Click(`button[data-discard-group="`+typeReport+`"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+		chromedp.SendKeys(`#confirm input[name="reason"]`, "superseded by the re-run", chromedp.ByQuery),
+		chromedp.Click(`#confirm-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#done`, chromedp.ByQuery),
+		chromedp.Navigate(base+"dlq"),
+		chromedp.WaitVisible(`#nodlq`, chromedp.ByQuery))
+	for _, id := range reports[1:] {
+		if st := taskState(t, cl, id); st != task.Failed {
+			t.Fatalf("discarded %s is %s, want still failed", id, st)
+		}
+	}
+
+	// Schedules: create one that fires a whole graph, edit another,
+	// delete the first; each after a confirmation.
+	setValue := func(sel, v string) chromedp.Action {
+		return chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).value = %q`, sel, v), nil)
+	}
+	graphJSON := `{"tasks":[{"id":"extract","type":"demo.noop"},{"id":"load","type":"demo.noop","depends_on":["extract"]}]}`
+	run("new schedule",
+		chromedp.Navigate(base+"schedules"),
+		chromedp.WaitVisible(`#new-schedule`, chromedp.ByQuery),
+		chromedp.Click(`#new-schedule`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#schedule-form`, chromedp.ByQuery),
+		chromedp.SendKeys(`#f-name`, "nightly-etl", chromedp.ByQuery),
+		chromedp.SendKeys(`#f-cron`, "0 3 * * *", chromedp.ByQuery),
+		chromedp.SendKeys(`#f-tz`, "Europe/Berlin", chromedp.ByQuery),
+		setValue(`#f-graph`, graphJSON),
+		shot("console-schedule-form.png"),
+		chromedp.Click(`#save-schedule`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+		chromedp.Click(`#confirm-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#done`, chromedp.ByQuery),
+		chromedp.Navigate(base+"schedules"),
+		chromedp.WaitVisible(`tr[data-schedule="nightly-etl"]`, chromedp.ByQuery))
+	if got := text(`tr[data-schedule="nightly-etl"]`); !strings.Contains(got, "graph of 2 tasks") {
+		t.Fatalf("the new schedule's row: %q", got)
+	}
+	if s, err := cl.Schedule(ctx, "nightly-etl"); err != nil || len(s.Graph) != 2 || s.TimeZone != "Europe/Berlin" {
+		t.Fatalf("the new schedule: %+v, %v", s, err)
+	}
+	run("edit a schedule",
+		chromedp.Click(`a[data-edit="nightly-report"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#schedule-form`, chromedp.ByQuery),
+		setValue(`#f-cron`, "30 4 * * *"),
+		chromedp.Click(`#save-schedule`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+		chromedp.Click(`#confirm-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#done`, chromedp.ByQuery))
+	if s, err := cl.Schedule(ctx, "nightly-report"); err != nil || s.Cron != "30 4 * * *" || s.Template.Type != typeReport || s.TimeZone != "Europe/Berlin" {
+		t.Fatalf("the edited schedule: %+v, %v", s, err)
+	}
+	run("delete a schedule",
+		chromedp.Navigate(base+"schedules"),
+		chromedp.WaitVisible(`button[data-delete="nightly-etl"]`, chromedp.ByQuery),
+		chromedp.Click(`button[data-delete="nightly-etl"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+		chromedp.Click(`#confirm-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#done`, chromedp.ByQuery))
+	if _, err := cl.Schedule(ctx, "nightly-etl"); err == nil {
+		t.Fatal("the deleted schedule is still there")
+	}
+
 	// The overview's audit list names the operator.
 	run("audit list", chromedp.Navigate(base), chromedp.WaitVisible(`#audit`, chromedp.ByQuery))
 	if got := text("#audit"); !strings.Contains(got, "console:"+consoleOperator) {

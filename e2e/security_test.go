@@ -197,6 +197,11 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	if _, err := op.Schedules(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Each executor announced itself in the workers registry under its
+	// own user's rights; the operator reads it.
+	if ws, err := op.Workers(ctx); err != nil || len(ws) != 2 || ws[0].ID != "worker-email" || ws[1].ID != "worker-pdf" {
+		t.Fatalf("workers registry: %+v, %v; want worker-email and worker-pdf", ws, err)
+	}
 	if err := op.RecordAudit(ctx, task.AuditEvent{Kind: sdk.AuditOperator, Key: "security-e2e", Actor: "e2e"}); err != nil {
 		t.Fatal(err)
 	}

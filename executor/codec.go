@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/ax-run/ax/codec"
@@ -13,9 +14,18 @@ import (
 // Config.Codec when one is set. A payload that does not decode (a key this
 // executor lacks, an altered payload, or one submitted without the codec)
 // fails the attempt permanently: running it again cannot fix it, and the
-// dead letter says why. An empty payload stays empty.
+// dead letter says why. So does an encoded payload on an executor without
+// a codec, naming its key: its handler never sees the ciphertext as the
+// payload. An empty payload stays empty.
 func (e *Executor) decodePayload(ctx context.Context, t task.Task) (json.RawMessage, error) {
-	if e.cfg.Codec == nil || len(t.Payload) == 0 {
+	if len(t.Payload) == 0 {
+		return t.Payload, nil
+	}
+	if e.cfg.Codec == nil {
+		if name, key, ok := codec.Encoded(t.Payload); ok {
+			return nil, Permanent(fmt.Errorf("task %s: executor %s: the payload is encoded by codec %q with key %q and this executor has no codec (executor.Config.Codec; ax worker --codec-key-file): not run: %w",
+				t.ID, e.cfg.ID, name, key, ErrNoCodec))
+		}
 		return t.Payload, nil
 	}
 	p, err := codec.DecodePayload(ctx, e.cfg.Codec, t.Payload)
@@ -24,6 +34,12 @@ func (e *Executor) decodePayload(ctx context.Context, t task.Task) (json.RawMess
 	}
 	return p, nil
 }
+
+// ErrNoCodec is returned (wrapped, as a permanent failure) for a task
+// whose payload is encoded (codec.Encoded) on an executor without
+// Config.Codec: the task fails at once, naming the codec and key id, and
+// its handler is not run.
+var ErrNoCodec = errors.New("encoded payload on an executor without a codec")
 
 // encodeShards returns h with its planner's shard payloads encoded with
 // Config.Codec, when h is a sharded handler and a codec is set: a shard's

@@ -80,8 +80,19 @@ type Config struct {
 	// the producers' codec (sdk.Client.Codec). A payload that does not
 	// decode fails its attempt permanently, naming the cause (wrap the
 	// codec with codec.AcceptClear to run payloads submitted in clear
-	// too). Results are not encoded. Default nil: payloads as submitted.
+	// too). Results are not encoded. Default nil: payloads as submitted;
+	// an encoded one (a JSON object with an "ax_codec" member) then fails
+	// its task permanently, naming its key id (ErrNoCodec), and its
+	// handler is not run.
 	Codec codec.Codec
+	// AnnounceInterval is how often the executor rewrites its
+	// announcement in the workers registry (`ax workers`, the console's
+	// Workers page) when nothing changes; a handler starting or ending, or
+	// reporting progress, is announced within a quarter second. An
+	// announcement lives three intervals, so the executor of a process
+	// that died disappears then; Stop removes it at once. Default
+	// DefaultAnnounceInterval (5s); negative: no announcements.
+	AnnounceInterval time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
@@ -128,6 +139,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.AnnounceInterval == 0 {
+		c.AnnounceInterval = DefaultAnnounceInterval
 	}
 	return c, nil
 }

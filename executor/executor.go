@@ -47,6 +47,8 @@ type Executor struct {
 	reporting chan struct{}
 	// direct sends reports to the orchestrators before storing them.
 	direct *direct.Sender
+	// registry announces the executor in the workers registry (registry.go).
+	registry *registry
 
 	// startMu serialises Starts; mu guards the fields below it and is
 	// never held while waiting on NATS, so Stop is never held up by Start.
@@ -103,7 +105,7 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("executor: jetstream: %w", err)
 	}
 	log := cfg.Logger.With("executor", cfg.ID)
-	return &Executor{
+	e := &Executor{
 		cfg: cfg, nc: nc, js: js,
 		log:       log,
 		metrics:   cfg.Metrics,
@@ -114,7 +116,9 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 			log.Warn("a direct report got no answer in time (an orchestrator lost or slow, or "+subj+" not allowed to this executor); storing reports meanwhile",
 				"error", err, "pause", direct.Pause)
 		}),
-	}, nil
+	}
+	e.registry = newRegistry(e)
+	return e, nil
 }
 
 // ID returns the executor's id as recorded in task records.
@@ -211,6 +215,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		}()
 	}
 	e.sess = s
+	e.registry.start() // announce it (registry.go)
 	e.log.Info("executor started", "capabilities", e.cfg.Capabilities, "capacity", e.cfg.Capacity)
 	return nil
 }
@@ -246,7 +251,8 @@ func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 // waiting for them: a handler that ignores its context cannot hold Stop.
 // Such a handler's outcome is discarded when it returns.
 //
-// Order: stop fetching → drain in-flight handlers → flush reports → return.
+// Order: stop fetching → drain in-flight handlers → remove its workers
+// registry announcement → flush reports → return.
 // The caller closes the NATS connection afterwards. Stop on an executor
 // that is not running returns nil; a Stop while another is under way waits
 // for it (bounded by its own ctx).
@@ -297,6 +303,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	e.stopRevocations(s)
 	s.hardStopFn()
+	rctx, cancelR := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout(ctx))
+	e.registry.stop(rctx) // no longer announced (registry.go)
+	cancelR()
 	// Acks are asynchronous: send them before the caller closes.
 	if err := e.nc.FlushTimeout(flushTimeout(ctx)); err != nil && !e.nc.IsClosed() {
 		e.log.Debug("flush on stop failed", "error", err)

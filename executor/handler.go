@@ -46,6 +46,9 @@ type Job struct {
 	DependsOn []string
 
 	inputs *jobInputs // nil for a Job not made by an executor
+	// progress records a progress report (Progress); nil for a Job not
+	// made by an executor.
+	progress func(percent float64, message string)
 }
 
 // Handler runs jobs of one task type. The context carries the task's

@@ -37,7 +37,7 @@ func (e *Executor) hooked(ctx context.Context, job *Job, run func(ctx context.Co
 		h, inner := e.cfg.Hooks[i], next
 		next = func(ctx context.Context) error { return h(ctx, job, inner) }
 	}
-	return next(ctx)
+	return e.registry.track(ctx, job, next) // listed as running meanwhile (registry.go)
 }
 
 // Capacity returns the executor's capacity in cost units.

@@ -33,7 +33,7 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	var err error
 	switch {
 	case !ok:
-		err = fmt.Errorf("%w: malformed command subject %q", errCommand, msg.Subject())
+		err = fmt.Errorf("%w: malformed command subject %q", errInvalid, msg.Subject())
 	case kind == subject.CommandScheduleCreate:
 		sched, err = o.createSchedule(ctx, id, msg.Data())
 	case kind == subject.CommandSchedulePause, kind == subject.CommandScheduleResume:
@@ -57,8 +57,10 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		err = o.setLimit(ctx, id, req)
 	case kind == subject.CommandLimitDelete:
 		err = o.deleteLimit(ctx, id, req)
+	case kind == subject.CommandDLQDelete:
+		err = o.discardDeadLetter(ctx, id, req) // dlq.go
 	default:
-		err = fmt.Errorf("%w: unknown command %q", errCommand, kind)
+		err = fmt.Errorf("%w: unknown command %q", errInvalid, kind)
 	}
 	if err != nil && !errors.Is(err, errCommand) {
 		return err // transient: retry
@@ -68,7 +70,7 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 	}
 	rep := task.CommandReply{OK: err == nil}
 	if err != nil {
-		rep.Error = err.Error()
+		rep.Error, rep.Code = err.Error(), replyCode(err)
 	}
 	if t.ID != "" {
 		rep.Task = &t
@@ -103,6 +105,22 @@ func byline(by string) string {
 // errCommand marks a command that cannot be carried out (as opposed to a
 // transient failure, which is retried).
 var errCommand = errors.New("command refused")
+
+// errInvalid marks a command refused because it is malformed (its reply's
+// code is task.ReplyInvalid); it is an errCommand.
+var errInvalid = fmt.Errorf("%w: invalid", errCommand)
+
+// replyCode is the code of a refused command's reply: what it names does
+// not exist, it is malformed, or what it names is in no state for it.
+func replyCode(err error) string {
+	switch {
+	case errors.Is(err, errNotFound):
+		return task.ReplyNotFound
+	case errors.Is(err, errInvalid):
+		return task.ReplyInvalid
+	}
+	return task.ReplyConflict
+}
 
 func (o *Orchestrator) reply(msg jetstream.Msg, rep task.CommandReply) error {
 	to := msg.Headers().Get(subject.HeaderReplyTo)
@@ -192,7 +210,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandR
 		return &next, reason, nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return t, fmt.Errorf("%w: task %s not found", errCommand, id)
+		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
 	}
 	if err != nil {
 		return t, err
@@ -217,7 +235,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandR
 func (o *Orchestrator) pause(ctx context.Context, scope string, on bool, req task.CommandRequest) error {
 	taskType, ok := subject.ParsePauseScope(scope)
 	if !ok || (taskType != "" && !task.ValidType(taskType)) {
-		return fmt.Errorf("%w: pause scope %q is not \"all\" or \"type=<task type>\"", errCommand, scope)
+		return fmt.Errorf("%w: pause scope %q is not \"all\" or \"type=<task type>\"", errInvalid, scope)
 	}
 	key := subject.ControlPauseAll
 	if taskType != "" {

@@ -117,6 +117,12 @@ type Config struct {
 	DispatchCacheBytes int64
 	// Topology tunes the streams created at start.
 	Topology TopologyOptions
+	// DeadLetterRetention keeps the dead letters of a task type shorter
+	// than Topology.DLQMaxAge, by type: each is stored with that TTL (a
+	// longer one than the stream's max age changes nothing). The task's
+	// record stays failed and may still be re-driven. Default nil: every
+	// type as long as the stream keeps them.
+	DeadLetterRetention map[string]time.Duration
 	// Metrics receives the orchestrator's measurements (package
 	// orchestrator/promorch exports them to Prometheus). Default nil:
 	// none, and JetStream is not sampled.

@@ -820,7 +820,7 @@ func (o *Orchestrator) deadLetter(ctx context.Context, t task.Task) error {
 	if err != nil {
 		return fmt.Errorf("encode dead letter of %s: %w", t.ID, err)
 	}
-	if _, err := o.js.Publish(ctx, subject.DLQ(t.ID), data); err != nil {
+	if _, err := o.js.Publish(ctx, subject.DLQ(t.ID), data, o.deadLetterTTL(t.Type)...); err != nil {
 		return fmt.Errorf("dead-letter %s: %w", t.ID, err)
 	}
 	return nil

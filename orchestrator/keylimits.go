@@ -286,11 +286,11 @@ func keyHeld(t task.Task) bool {
 func (o *Orchestrator) setLimit(ctx context.Context, id string, req task.CommandRequest) error {
 	pattern, ok := subject.ParseLimitID(id)
 	if !ok || req.Limit == nil || req.Limit.Key != pattern {
-		return fmt.Errorf("%w: a limit-set command carries a limit whose key is its id's pattern", errCommand)
+		return fmt.Errorf("%w: a limit-set command carries a limit whose key is its id's pattern", errInvalid)
 	}
 	l := *req.Limit
 	if err := l.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", errCommand, err)
+		return fmt.Errorf("%w: %w", errInvalid, err)
 	}
 	key := subject.ControlLimit(pattern)
 	before, known := o.limits.runtimeLimit(pattern)
@@ -316,7 +316,7 @@ func (o *Orchestrator) setLimit(ctx context.Context, id string, req task.Command
 func (o *Orchestrator) deleteLimit(ctx context.Context, id string, req task.CommandRequest) error {
 	pattern, ok := subject.ParseLimitID(id)
 	if !ok {
-		return fmt.Errorf("%w: %q is not a limit id", errCommand, id)
+		return fmt.Errorf("%w: %q is not a limit id", errInvalid, id)
 	}
 	key := subject.ControlLimit(pattern)
 	from := ""

@@ -110,6 +110,11 @@ type TopologyOptions struct {
 	// DuplicateWindow is the submit stream's de-duplication window. Zero:
 	// DefaultDuplicateWindow (2m).
 	DuplicateWindow time.Duration
+	// DLQMaxAge is how long AX_DLQ keeps a dead letter (a re-drive or
+	// `ax dlq rm` removes it sooner; Config.DeadLetterRetention shortens it
+	// per task type). Zero keeps what the stream has (for ever when
+	// creating it); negative: for ever.
+	DLQMaxAge time.Duration
 	// TaskHistoryMaxAge is how long the history of a finished task is kept
 	// after it finished (unfinished tasks are never removed); it is also
 	// the age at which plans and large results expire. Zero: for ever.

@@ -84,7 +84,7 @@ func (o *Orchestrator) updateSchedule(ctx context.Context, name string, change f
 			return nil, err
 		}
 		if s == nil {
-			return nil, fmt.Errorf("%w: schedule %s not found", errCommand, name)
+			return nil, fmt.Errorf("%w: schedule %s %w", errCommand, name, errNotFound)
 		}
 		ok, err := change(s)
 		if err != nil || !ok {
@@ -105,17 +105,21 @@ func (o *Orchestrator) updateSchedule(ctx context.Context, name string, change f
 func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []byte) (*task.Schedule, error) {
 	var def task.Schedule
 	if err := json.Unmarshal(body, &def); err != nil {
-		return nil, fmt.Errorf("%w: decode schedule: %v", errCommand, err)
+		return nil, fmt.Errorf("%w: decode schedule: %v", errInvalid, err)
 	}
 	def.Name = name
 	if err := def.ValidateDefinition(o.cfg.MaxPayload); err != nil {
-		return nil, fmt.Errorf("%w: schedule %s: %v", errCommand, name, err)
+		return nil, fmt.Errorf("%w: schedule %s: %v", errInvalid, name, err)
 	}
 	cron, err := cronspec.Parse(def.Cron, def.TimeZone)
 	if err != nil {
-		return nil, fmt.Errorf("%w: schedule %s: %v", errCommand, name, err)
+		return nil, fmt.Errorf("%w: schedule %s: %v", errInvalid, name, err)
 	}
-	if err := o.admitTypes(ctx, def.Template.Type); err != nil {
+	if len(def.Graph) > 0 {
+		if err := o.checkScheduleGraph(ctx, &def); err != nil { // schedule_graph.go
+			return nil, err
+		}
+	} else if err := o.admitTypes(ctx, def.Template.Type); err != nil {
 		var rej errRejected
 		if errors.As(err, &rej) {
 			return nil, fmt.Errorf("%w: schedule %s: template: %v", errCommand, name, rej.reason)
@@ -126,7 +130,9 @@ func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []b
 		def.Overlap = task.OverlapSkip
 	}
 	def.Template.ID = ""
-	def.Template.Normalize()
+	if len(def.Graph) == 0 {
+		def.Template.Normalize()
+	}
 	kv, err := o.schedules(ctx)
 	if err != nil {
 		return nil, err
@@ -198,6 +204,16 @@ func (o *Orchestrator) deleteSchedule(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if s, _, err := loadSchedule(ctx, kv, name); err != nil {
+		return err
+	} else if s == nil {
+		// Gone already (deleted before, or never made): its timer too,
+		// unless a crash left it; cancel it anyway.
+		if err := o.cancelTimer(ctx, subject.TimerSchedule, name); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: schedule %s %w", errCommand, name, errNotFound)
+	}
 	if err := kv.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("delete schedule %s: %w", name, err)
 	}
@@ -236,10 +252,17 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 			return err
 		}
 		id := cronspec.FireID(s.Name, slot)
-		if skip {
+		switch {
+		case skip:
 			s.Skipped++
 			o.log.Info("firing skipped: previous task still running", slog.String("schedule", s.Name), slog.Time("slot", slot), slog.String("running", s.LastTaskID))
-		} else {
+		case len(s.Graph) > 0:
+			last, err := o.fireGraph(ctx, s, id) // schedule_graph.go
+			if err != nil {
+				return err
+			}
+			s.LastTaskID = last
+		default:
 			spec := s.Template
 			spec.ID = id
 			err := o.admitTypes(ctx, spec.Type)

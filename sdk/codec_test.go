@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -437,5 +438,35 @@ func TestCodecPayloadLimitIsOnTheEncodedForm(t *testing.T) {
 	small := json.RawMessage(`"` + strings.Repeat("x", 500) + `"`)
 	if _, err := c.Submit(ctx, task.Spec{Type: "ok", Payload: small}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCodecEncodedPayloadOnAnExecutorWithoutCodec: an executor without the
+// codec never runs an encoded payload as if it were clear: the task fails
+// permanently at its first attempt, naming the key id, and its handler is
+// not called.
+func TestCodecEncodedPayloadOnAnExecutorWithoutCodec(t *testing.T) {
+	t.Parallel()
+	_, ex, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	c.Codec = aesCodec(t, "k-2026-12")
+	ctx := testenv.Context(t, time.Minute)
+	var ran atomic.Bool
+	ex.HandleFunc("charge", func(context.Context, *executor.Job) (any, error) {
+		ran.Store(true)
+		return nil, nil
+	})
+	if _, err := c.Submit(ctx, task.Spec{ID: "secret-charge", Type: "charge", Payload: json.RawMessage(`{"amount":1}`), MaxRetries: new(5)}); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := c.Wait(ctx, "secret-charge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.State != task.Failed || tk.Attempt != 1 || len(tk.Errors) != 1 || !strings.Contains(tk.Errors[0].Error, `key "k-2026-12"`) ||
+		!strings.Contains(tk.Errors[0].Error, "no codec") {
+		t.Fatalf("%s after %d attempts, errors %+v; want failed at once naming key k-2026-12", tk.State, tk.Attempt, tk.Errors)
+	}
+	if ran.Load() {
+		t.Fatal("the handler ran with the ciphertext as its payload")
 	}
 }

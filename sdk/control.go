@@ -31,14 +31,14 @@ func (c *Client) Resume(ctx context.Context, taskType, reason string) error {
 
 func (c *Client) control(ctx context.Context, kind, taskType string, body []byte) error {
 	if taskType != "" && !task.ValidType(taskType) {
-		return fmt.Errorf("%s: invalid task type %q", kind, taskType)
+		return fmt.Errorf("%s: %w task type %q", kind, ErrInvalid, taskType)
 	}
 	rep, err := c.send(ctx, kind, subject.PauseScope(taskType), body)
 	if err != nil {
 		return err
 	}
 	if !rep.OK {
-		return fmt.Errorf("%s: %s", kind, rep.Error)
+		return refused(kind, subject.PauseScope(taskType), rep)
 	}
 	return nil
 }

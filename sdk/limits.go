@@ -77,7 +77,7 @@ func (c *Client) SetLimit(ctx context.Context, l task.KeyLimit, reason string) e
 // same pattern from the orchestrators' configuration applies again.
 func (c *Client) DeleteLimit(ctx context.Context, pattern, reason string) error {
 	if !task.ValidKeyPattern(pattern) {
-		return fmt.Errorf("%s: invalid key pattern %q", subject.CommandLimitDelete, pattern)
+		return fmt.Errorf("%s: %w key pattern %q", subject.CommandLimitDelete, ErrInvalid, pattern)
 	}
 	return c.limitCommand(ctx, subject.CommandLimitDelete, pattern, task.CommandRequest{Reason: reason})
 }
@@ -94,7 +94,7 @@ func (c *Client) limitCommand(ctx context.Context, kind, pattern string, req tas
 		return fmt.Errorf("limit %s: %w", pattern, err)
 	}
 	if !rep.OK {
-		return fmt.Errorf("%s %s: %s", kind, pattern, rep.Error)
+		return refused(kind, pattern, rep)
 	}
 	return nil
 }

@@ -67,15 +67,28 @@ func isRejected(err error) bool {
 
 // TriggerSchedule fires a schedule now, outside its cron: it submits the
 // schedule's template under the id "<name>-manual-<now as
-// 20060102T150405Z>" and returns that id. The schedule's own firings are
-// not changed (its next firing stays as it was).
+// 20060102T150405Z>" — or its graph, each id prefixed with that — and
+// returns that id (a graph's: its last task's). The schedule's own firings
+// are not changed (its next firing stays as it was).
 func (c *Client) TriggerSchedule(ctx context.Context, name string, now time.Time) (string, error) {
 	s, err := c.Schedule(ctx, name)
 	if err != nil {
 		return "", err
 	}
+	id := name + "-manual-" + now.UTC().Format("20060102T150405Z")
+	if len(s.Graph) > 0 {
+		ids, err := c.SubmitGraph(ctx, task.ScheduledGraph(id, s.Graph))
+		if err != nil {
+			return "", err
+		}
+		sorted, err := task.Graph{Tasks: task.ScheduledGraph(id, s.Graph)}.Sorted(c.MaxPayload)
+		if err != nil || len(ids) == 0 {
+			return "", err
+		}
+		return sorted[len(sorted)-1].ID, nil
+	}
 	spec := s.Template
-	spec.ID = name + "-manual-" + now.UTC().Format("20060102T150405Z")
+	spec.ID = id
 	return c.Submit(ctx, spec)
 }
 

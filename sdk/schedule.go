@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,12 +22,18 @@ func (c *Client) CreateSchedule(ctx context.Context, s task.Schedule) (*task.Sch
 	if err := s.ValidateDefinition(c.MaxPayload); err != nil {
 		return nil, fmt.Errorf("invalid schedule: %w", err)
 	}
-	if c.Codec != nil && len(s.Template.Payload) > 0 {
-		enc, err := codec.EncodePayload(ctx, c.Codec, s.Template.Payload)
-		if err != nil {
-			return nil, fmt.Errorf("schedule %s: template: %w", s.Name, err)
+	if c.Codec != nil {
+		s.Graph = slices.Clone(s.Graph)
+		for _, spec := range append([]*task.Spec{&s.Template}, specPointers(s.Graph)...) {
+			if len(spec.Payload) == 0 {
+				continue
+			}
+			enc, err := codec.EncodePayload(ctx, c.Codec, spec.Payload)
+			if err != nil {
+				return nil, fmt.Errorf("schedule %s: template: %w", s.Name, err)
+			}
+			spec.Payload = enc
 		}
-		s.Template.Payload = enc
 		if err := s.ValidateDefinition(c.MaxPayload); err != nil {
 			return nil, fmt.Errorf("invalid schedule once its template's payload is encoded: %w", err)
 		}
@@ -60,7 +67,7 @@ func (c *Client) scheduleCommand(ctx context.Context, kind, name string, body []
 		return nil, err
 	}
 	if !rep.OK {
-		return rep.Schedule, fmt.Errorf("%s %s: %s", kind, name, rep.Error)
+		return rep.Schedule, refused(kind, name, rep)
 	}
 	return rep.Schedule, nil
 }
@@ -73,7 +80,7 @@ func (c *Client) Schedule(ctx context.Context, name string) (*task.Schedule, err
 	}
 	e, err := kv.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("schedule %s not found", name)
+		return nil, fmt.Errorf("schedule %s: %w", name, ErrScheduleNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get schedule %s: %w", name, err)
@@ -82,8 +89,8 @@ func (c *Client) Schedule(ctx context.Context, name string) (*task.Schedule, err
 	if err := json.Unmarshal(e.Value(), &s); err != nil {
 		return nil, fmt.Errorf("decode schedule %s: %w", name, err)
 	}
-	if err := c.decodeSpec(ctx, &s.Template); err != nil {
-		return nil, fmt.Errorf("schedule %s: template: %w", name, err)
+	if err := c.decodeSchedule(ctx, &s); err != nil {
+		return nil, err
 	}
 	return &s, nil
 }
@@ -108,4 +115,25 @@ func (c *Client) Schedules(ctx context.Context) ([]task.Schedule, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// decodeSchedule decodes the payloads of a schedule's template or graph.
+func (c *Client) decodeSchedule(ctx context.Context, s *task.Schedule) error {
+	if err := c.decodeSpec(ctx, &s.Template); err != nil {
+		return fmt.Errorf("schedule %s: template: %w", s.Name, err)
+	}
+	for i := range s.Graph {
+		if err := c.decodeSpec(ctx, &s.Graph[i]); err != nil {
+			return fmt.Errorf("schedule %s: graph task %s: %w", s.Name, s.Graph[i].ID, err)
+		}
+	}
+	return nil
+}
+
+func specPointers(specs []task.Spec) []*task.Spec {
+	out := make([]*task.Spec, len(specs))
+	for i := range specs {
+		out[i] = &specs[i]
+	}
+	return out
 }

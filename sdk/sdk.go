@@ -135,7 +135,7 @@ func (c *Client) prepare(ctx context.Context, s *task.Spec) error {
 	}
 	s.Normalize()
 	if err := s.Validate(c.MaxPayload); err != nil {
-		return fmt.Errorf("invalid task %s: %w", s.ID, err)
+		return fmt.Errorf("%w task %s: %w", ErrInvalid, s.ID, err)
 	}
 	return c.encodeSpec(ctx, s)
 }
@@ -226,7 +226,7 @@ func (c *Client) SubmitGraph(ctx context.Context, specs []task.Spec) ([]string, 
 	}
 	g := task.Graph{Tasks: specs}
 	if _, err := g.Sorted(c.MaxPayload); err != nil {
-		return nil, fmt.Errorf("invalid graph: %w", err)
+		return nil, fmt.Errorf("%w graph: %w", ErrInvalid, err)
 	}
 	data, err := json.Marshal(g)
 	if err != nil {
@@ -440,7 +440,7 @@ func By(who string) RedriveOption {
 // If ctx ends first the command stays queued and is still carried out.
 func (c *Client) command(ctx context.Context, kind, id, reason string, opts ...RedriveOption) (*task.Task, error) {
 	if !task.ValidID(id) {
-		return nil, fmt.Errorf("%s: invalid task id %q", kind, id)
+		return nil, fmt.Errorf("%s: %w task id %q", kind, ErrInvalid, id)
 	}
 	req := task.CommandRequest{Reason: reason}
 	for _, o := range opts {
@@ -452,7 +452,7 @@ func (c *Client) command(ctx context.Context, kind, id, reason string, opts ...R
 		return nil, err
 	}
 	if !rep.OK {
-		return rep.Task, fmt.Errorf("%s %s: %s", kind, id, rep.Error)
+		return rep.Task, refused(kind, id, rep)
 	}
 	return rep.Task, nil
 }
@@ -492,7 +492,7 @@ func (c *Client) send(ctx context.Context, kind, id string, body []byte) (*task.
 		}
 	}
 	if rep.Schedule != nil {
-		if err := c.decodeSpec(ctx, &rep.Schedule.Template); err != nil {
+		if err := c.decodeSchedule(ctx, rep.Schedule); err != nil {
 			return &rep, fmt.Errorf("%s %s: done, but: %w", kind, id, err)
 		}
 	}

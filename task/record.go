@@ -505,6 +505,10 @@ type CommandReply struct {
 	// OK says the command was applied; Error says why not.
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Code says why a command was not applied (ReplyNotFound,
+	// ReplyConflict, ReplyInvalid); empty when it was, or from an
+	// orchestrator older than the field.
+	Code string `json:"code,omitempty"`
 	// Task is the task after a task command (cancel, re-drive).
 	Task *Task `json:"task,omitempty"`
 	// Schedule is the schedule after a schedule command.

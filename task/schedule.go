@@ -27,8 +27,15 @@ type Schedule struct {
 	// TimeZone is an IANA zone for the cron fields. Default UTC.
 	TimeZone string `json:"time_zone,omitempty"`
 	// Template is the spec of the task each firing creates; its id is
-	// replaced by "<name>-<fire time>".
+	// replaced by "<name>-<fire time>". Empty when Graph is set.
 	Template Spec `json:"template"`
+	// Graph, instead of Template, makes each firing create a whole graph
+	// (a pipeline): every spec's id — and the depends_on entries naming
+	// another of them — becomes "<name>-<fire time>-<id>" (see
+	// ScheduledGraph). Its specs need ids; depends_on may name only each
+	// other. The overlap policy looks at the graph's last task in
+	// dependency order.
+	Graph []Spec `json:"graph,omitempty"`
 	// Overlap is OverlapSkip (default) or OverlapAllow.
 	Overlap string `json:"overlap,omitempty"`
 	// CatchUp fires every slot missed while AX was down (up to MaxCatchUp),
@@ -66,6 +73,9 @@ func (s *Schedule) ValidateDefinition(maxPayload int) error {
 	case "", OverlapSkip, OverlapAllow:
 	default:
 		return &ValidationError{"overlap", fmt.Sprintf("%q is not %q or %q", s.Overlap, OverlapSkip, OverlapAllow)}
+	}
+	if len(s.Graph) > 0 {
+		return s.validateGraph(maxPayload)
 	}
 	tmpl := s.Template
 	tmpl.ID = s.Name + "-template"

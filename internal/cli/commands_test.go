@@ -185,10 +185,10 @@ func TestCommandsAgainstAStack(t *testing.T) {
 	if out := ax(0, "schedule", "list"); !strings.Contains(out, "cli-nightly") {
 		t.Errorf("schedule list table: %s", out)
 	}
-	if p := axJSON("schedule", "pause", "cli-nightly").([]any); p[0].(map[string]any)["paused"] != true {
+	if p := axJSON("schedule", "pause", "cli-nightly").(map[string]any); p["paused"] != true {
 		t.Errorf("schedule pause: %v", p)
 	}
-	if r := axJSON("schedule", "resume", "cli-nightly").([]any); r[0].(map[string]any)["paused"] == true {
+	if r := axJSON("schedule", "resume", "cli-nightly").(map[string]any); r["paused"] == true {
 		t.Errorf("schedule resume: %v", r)
 	}
 	if out := ax(0, "schedule", "delete", "cli-nightly"); !strings.Contains(out, "cli-nightly deleted") {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,14 +20,14 @@ import (
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/demo"
 	"github.com/ax-run/ax/internal/health"
+	"github.com/ax-run/ax/internal/natsconn"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 )
 
-// devDefaultPort is tried first so the URL is the same every run; a free
-// port is used when it is taken.
-const devDefaultPort = 4333
+// devContext is the nats context ax dev saves with its server's URL.
+const devContext = "ax-dev"
 
 func devCmd(g *globals) *cobra.Command {
 	var (
@@ -37,6 +37,7 @@ func devCmd(g *globals) *cobra.Command {
 		dsn      string
 		console  string
 		metrics  string
+		saveCtx  string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -51,12 +52,13 @@ A progress line shows tasks per state; a summary follows. The server keeps
 running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn), console, metrics)
+			return runDev(cmd.Context(), g, storeDir, port, exit, mysqlDSNOrEnv(dsn), console, metrics, saveCtx)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&storeDir, "store", ".ax-dev", "JetStream store directory (kept across runs)")
-	f.IntVar(&port, "port", devDefaultPort, "NATS port (a free one is used if it is taken)")
+	f.IntVar(&port, "port", defaultNATSPort(), "NATS port: the one every ax command and the SDK connect to by default (a free one is used if it is taken: then give the others --context "+devContext+")")
+	f.StringVar(&saveCtx, "save-context", devContext, "save the server's URL as this nats context (a name, or a path ending in .json; \"off\" for none), for --context / NATS_CONTEXT of the other commands and the nats CLI")
 	f.BoolVar(&exit, "exit", false, "exit after the summary instead of keeping the server up")
 	f.StringVar(&console, "console-addr", defaultConsoleAddr, "serve the web console here (a free port if taken; \"off\" for none)")
 	f.StringVar(&metrics, "metrics-addr", defaultDevMetricsAddr, "serve Prometheus metrics here at /metrics (a free port if taken; \"off\" for none)")
@@ -64,7 +66,7 @@ running afterwards so you can inspect tasks with ax status; Ctrl-C stops it.`,
 	return cmd
 }
 
-func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn, consoleAddr, metricsAddr string) error {
+func runDev(ctx context.Context, g *globals, storeDir string, port int, exit bool, dsn, consoleAddr, metricsAddr, saveCtx string) error {
 	log := g.logger()
 	if g.logLevel == "info" {
 		log = log.Level(zerolog.WarnLevel) // keep the progress display readable
@@ -80,6 +82,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	defer srv.Stop()
 	url := srv.URL()
 	fmt.Fprintf(g.stdout, "AX dev: embedded NATS with JetStream at %s (store %s)\n", url, storeDir)
+	connectFlag := devConnectHint(g, url, port, saveCtx)
 
 	conns := []*nats.Conn{}
 	connect := func(name string) (*nats.Conn, error) {
@@ -106,7 +109,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	defer obs.stop()
 	obs.health.Add("nats", health.NATS(onc))
 	devStarted := obs.health.Starting("orchestrator and executors")
-	ocfg := orchestrator.Config{NodeID: "orchestrator-dev", Logger: slog.New(zerolog.NewSlogHandler(log)), TracerProvider: obs.tp}
+	ocfg := orchestrator.Config{NodeID: "orchestrator-dev", Logger: slogger(log), TracerProvider: obs.tp}
 	watch := orchestratorMetrics(obs.reg, &ocfg)
 	orch, err := orchestrator.New(onc, ocfg)
 	if err != nil {
@@ -134,7 +137,7 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 		if err != nil {
 			return err
 		}
-		ec.Logger = slog.New(zerolog.NewSlogHandler(log))
+		ec.Logger = slogger(log)
 		watch := obs.executorHooks(&ec)
 		ex, err := executor.New(nc, ec)
 		if err != nil {
@@ -228,12 +231,13 @@ func runDev(ctx context.Context, g *globals, storeDir string, port int, exit boo
 	demo.PrintSummary(g.stdout, tr, specs)
 	fmt.Fprintf(g.stdout, `
 Inspect (while this keeps running):
-  ax status %s --nats %s    # a retried task and its history
-  ax status %s --nats %s   # the dead-lettered task
-  ax status %s --nats %s    # the sharded job: phases and shard counts
-  ax dlq list --nats %s
-  ax dlq redrive %s --nats %s
-`, run+"-flaky", url, run+"-export", url, run+"-split", url, url, run+"-export", url)
+  ax status %[1]s%[4]s    # a retried task and its history
+  ax status %[2]s%[4]s   # the dead-lettered task
+  ax status %[3]s%[4]s    # the sharded job: phases and shard counts
+  ax workers%[4]s                # the executors and what runs on each
+  ax dlq list%[4]s
+  ax dlq redrive %[2]s%[4]s
+`, run+"-flaky", run+"-export", run+"-split", connectFlag)
 	if exit {
 		return nil
 	}
@@ -249,4 +253,44 @@ func stopWithin(d time.Duration, stop func(context.Context) error) {
 	if err := stop(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "ax: stop:", err)
 	}
+}
+
+// defaultNATSPort is DefaultNATSURL's port: where ax dev and ax server
+// listen by default, and every other command and the SDK connect.
+func defaultNATSPort() int {
+	_, p, _ := strings.Cut(strings.TrimPrefix(DefaultNATSURL, "nats://"), ":")
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+// devConnectHint saves ax dev's server URL as a nats context (saveCtx, a
+// name or a .json path; "off" for none), says how the other commands reach
+// the server, and returns the flag to add to them ("" when their default
+// does: the server listens on DefaultNATSURL).
+func devConnectHint(g *globals, url string, port int, saveCtx string) string {
+	flag := ""
+	if url != DefaultNATSURL {
+		flag = " --nats " + url
+	}
+	if saveCtx != "" && saveCtx != "off" {
+		s := natsconn.Settings{}
+		s.ApplyEnv(os.Getenv)
+		path, err := natsconn.ContextPath(s.ContextDir, saveCtx)
+		if err == nil {
+			err = natsconn.SaveContext(path, "the server of ax dev (saved by ax dev)", url)
+		}
+		if err != nil {
+			fmt.Fprintf(g.stderr, "ax dev: nats context not saved: %v\n", err)
+		} else {
+			fmt.Fprintf(g.stdout, "  saved as nats context %s (%s): --context %s or NATS_CONTEXT=%s reaches it\n", saveCtx, path, saveCtx, saveCtx)
+			if flag != "" {
+				flag = " --context " + saveCtx
+			}
+		}
+	}
+	if url != DefaultNATSURL && port == defaultNATSPort() {
+		fmt.Fprintf(g.stdout, "  NOTE: port %d is taken (another NATS server?), so this demo listens on %s: the other ax commands and the SDK\n"+
+			"  connect to %s by default and would reach that other server; give them%s.\n", port, url, DefaultNATSURL, flag)
+	}
+	return flag
 }

@@ -30,6 +30,9 @@ func pauseCmd(g *globals) *cobra.Command {
 			if err := c.Pause(ctx, typ, retriesOnly, reason); err != nil {
 				return err
 			}
+			if g.jsonOutput() {
+				return g.printJSON(pauseJSON{Type: typ, Paused: true, RetriesOnly: retriesOnly})
+			}
 			fmt.Fprintf(g.stdout, "paused %s\n", scopeName(typ))
 			return nil
 		}),
@@ -50,6 +53,9 @@ func resumeCmd(g *globals) *cobra.Command {
 			if err := c.Resume(ctx, typ, reason); err != nil {
 				return err
 			}
+			if g.jsonOutput() {
+				return g.printJSON(pauseJSON{Type: typ, Paused: false})
+			}
 			fmt.Fprintf(g.stdout, "resumed %s\n", scopeName(typ))
 			return nil
 		}),
@@ -57,6 +63,14 @@ func resumeCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&typ, "type", "", "task type (default: the pause of every type)")
 	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the audit trail")
 	return cmd
+}
+
+// pauseJSON is what ax pause and ax resume print with -o json: the scope
+// ("" type: every type) and its state now.
+type pauseJSON struct {
+	Type        string `json:"type"`
+	Paused      bool   `json:"paused"`
+	RetriesOnly bool   `json:"retries_only"`
 }
 
 func scopeName(typ string) string {
@@ -110,8 +124,13 @@ func overview(cmd *cobra.Command, g *globals) error {
 	// Limits unreadable (a deployment whose rights predate AX_SLOTS)
 	// leave the rest of the overview.
 	limits, limitsErr := c.Limits(ctx)
+	workers, workersErr := c.Workers(ctx)
 	if g.jsonOutput() {
-		out := map[string]any{"gates": gates, "backlog": backlog, "recent_audit": audit, "limits": limits}
+		out := map[string]any{"gates": gates, "backlog": backlog, "recent_audit": audit, "limits": limits, "workers": workers}
+		if workersErr != nil {
+			out["workers_error"] = workersErr.Error()
+			delete(out, "workers")
+		}
 		if limitsErr != nil {
 			out["limits_error"] = limitsErr.Error()
 			delete(out, "limits")
@@ -122,6 +141,7 @@ func overview(cmd *cobra.Command, g *globals) error {
 	fmt.Fprintf(w, "Backlog\tsubmissions %d\tready %d\treports %d\theld %d\tdead letters %d\n",
 		backlog[subject.StreamSubmit], backlog["ready"], backlog[subject.StreamCompleted], backlog[subject.StreamHeld], backlog[subject.StreamDLQ])
 	_ = w.Flush()
+	printWorkersSummary(g, workers, workersErr)
 	fmt.Fprintln(g.stdout, "\nPauses:")
 	if len(gates.Pauses) == 0 {
 		fmt.Fprintln(g.stdout, "  none")

@@ -37,6 +37,9 @@ deploy/security/README.md.`,
 			if err != nil {
 				return err
 			}
+			if g.jsonOutput() {
+				return g.printJSON(accountJSONOf(acct))
+			}
 			conf, err := acct.Conf()
 			if err != nil {
 				return err
@@ -84,6 +87,36 @@ func splitList(s string) []string {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}
+	}
+	return out
+}
+
+// accountJSON is ax nats-accounts -o json: each user's role and rights.
+type accountJSON struct {
+	Account string     `json:"account"`
+	Users   []userJSON `json:"users"`
+}
+
+type userJSON struct {
+	Name           string    `json:"name"`
+	Role           string    `json:"role"`
+	InboxPrefix    string    `json:"inbox_prefix"`
+	Publish        rulesJSON `json:"publish"`
+	Subscribe      rulesJSON `json:"subscribe"`
+	AllowResponses bool      `json:"allow_responses"`
+}
+
+type rulesJSON struct {
+	Allow []string `json:"allow"`
+	Deny  []string `json:"deny"`
+}
+
+func accountJSONOf(a permission.Account) accountJSON {
+	out := accountJSON{Account: a.Name}
+	for _, u := range a.Users {
+		p := u.Permissions(a.Capabilities())
+		out.Users = append(out.Users, userJSON{Name: u.Name, Role: string(u.Role), InboxPrefix: u.InboxPrefix(),
+			Publish: rulesJSON(p.Publish), Subscribe: rulesJSON(p.Subscribe), AllowResponses: p.AllowResponses})
 	}
 	return out
 }

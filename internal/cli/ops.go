@@ -45,7 +45,7 @@ func submitCmd(g *globals) *cobra.Command {
 				ids, err = submitFile(ctx, c, file)
 			} else {
 				if len(args) != 1 {
-					return errors.New("give a task TYPE or -f FILE")
+					return usageError(errors.New("give a task TYPE or -f FILE"))
 				}
 				spec.Type = args[0]
 				if payload != "" {
@@ -60,16 +60,29 @@ func submitCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, id := range ids {
-				if !wait {
-					fmt.Fprintln(g.stdout, id)
-					continue
+			if !wait {
+				if g.jsonOutput() {
+					return g.printJSON(submitJSON{IDs: ids})
 				}
+				for _, id := range ids {
+					fmt.Fprintln(g.stdout, id)
+				}
+				return nil
+			}
+			out := submitJSON{IDs: ids, Tasks: make([]*task.Task, 0, len(ids))}
+			for _, id := range ids {
 				t, err := c.Wait(ctx, id)
 				if err != nil {
 					return err
 				}
+				if g.jsonOutput() {
+					out.Tasks = append(out.Tasks, t)
+					continue
+				}
 				fmt.Fprintf(g.stdout, "%s\t%s\n", id, t.State)
+			}
+			if g.jsonOutput() {
+				return g.printJSON(out)
 			}
 			return nil
 		}),
@@ -86,6 +99,7 @@ func submitCmd(g *globals) *cobra.Command {
 	f.StringVar((*string)(&spec.TriggerRule), "trigger-rule", "", "with --depends-on: all_succeeded (default), all_ended or any_failed")
 	f.IntVar(spec.MaxRetries, "max-retries", task.DefaultMaxRetries, "retries after a failed first attempt")
 	f.DurationVar(&timeout, "timeout", task.DefaultTimeout, "execution timeout of one attempt")
+	f.DurationVar((*time.Duration)(&spec.Delay), "delay", 0, "keep the task waiting this long before it may run")
 	f.Float64Var(&spec.EstimatedCost, "cost", task.DefaultEstimatedCost, "estimated cost against executor capacity")
 	f.StringVarP(&file, "file", "f", "", "JSON file with one spec, or a graph {\"tasks\":[…]}")
 	f.BoolVar(&wait, "wait", false, "wait until the task ends and print its state")
@@ -98,21 +112,28 @@ func submitCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// submitJSON is what ax submit prints with -o json: the ids submitted
+// and, with --wait, each task as it ended.
+type submitJSON struct {
+	IDs   []string     `json:"ids"`
+	Tasks []*task.Task `json:"tasks,omitempty"`
+}
+
 func submitFile(ctx context.Context, c *sdk.Client, file string) ([]string, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return nil, usageError(err)
 	}
 	if strings.Contains(string(data), `"tasks"`) {
 		g, err := task.DecodeGraph(data)
 		if err != nil {
-			return nil, err
+			return nil, usageError(err)
 		}
 		return c.SubmitGraph(ctx, g.Tasks)
 	}
 	s, err := task.DecodeSpec(data)
 	if err != nil {
-		return nil, err
+		return nil, usageError(err)
 	}
 	id, err := c.Submit(ctx, s)
 	return []string{id}, err
@@ -163,8 +184,15 @@ func statusCmd(g *globals) *cobra.Command {
 			if len(t.DependsOn) > 0 {
 				ins, insErr = c.Inputs(ctx, args[0])
 			}
+			// Where its handler runs now and its progress, from the
+			// workers registry: the record says running only once the
+			// attempt outlived a heartbeat.
+			live := runningNow(ctx, c, t)
 			if g.jsonOutput() {
 				out := map[string]any{"task": t, "history": h}
+				if live != nil {
+					out["running_now"] = live
+				}
 				if shards != nil {
 					out["shards"] = shards
 				}
@@ -177,6 +205,7 @@ func statusCmd(g *globals) *cobra.Command {
 				return g.printJSON(out)
 			}
 			printTask(g, t)
+			printRunningNow(g, t, live)
 			if shards != nil {
 				printShards(g, shards)
 			}
@@ -325,7 +354,7 @@ func cancelCmd(g *globals) *cobra.Command {
 }
 
 func dlqCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "dlq", Short: "List and re-drive dead-lettered tasks"}
+	cmd := &cobra.Command{Use: "dlq", Short: "List, re-drive and discard dead-lettered tasks"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
 		Short: "List the dead-letter queue",
@@ -336,17 +365,21 @@ func dlqCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if g.jsonOutput() {
-				return g.printJSON(dls)
+				out := make([]deadLetterJSON, len(dls))
+				for i, d := range dls {
+					out[i] = deadLetterJSON{DeadLetter: d, LastAttempt: d.LastAttempt()}
+				}
+				return g.printJSON(out)
 			}
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "ID\tTYPE\tFAILED AT\tATTEMPTS\tREASON")
 			for _, d := range dls {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Spec.ID, d.Spec.Type, d.FailedAt.Format(time.RFC3339), len(d.Attempts), d.Reason)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\n", d.Spec.ID, d.Spec.Type, d.FailedAt.Format(time.RFC3339), d.LastAttempt(), d.Reason)
 			}
 			return w.Flush()
 		}),
 	})
-	cmd.AddCommand(redriveCmd(g))
+	cmd.AddCommand(redriveCmd(g), dlqRmCmd(g))
 	return cmd
 }
 
@@ -366,6 +399,9 @@ func redriveCmd(g *globals) *cobra.Command {
 			t, err := c.RedriveWithReason(ctx, args[0], reason, opts...)
 			if err != nil {
 				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(t)
 			}
 			fmt.Fprintf(g.stdout, "%s\t%s\texecution %s\n", t.ID, t.State, t.ExecutionID)
 			return nil
@@ -402,4 +438,12 @@ func rejectedCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&limit, "limit", 50, "how many of the newest rejections to show")
 	return cmd
+}
+
+// deadLetterJSON is a dead letter in `ax dlq list -o json`: the entry as
+// stored, whose "attempts" are the failures its record kept (the last 5),
+// and "last_attempt", how many attempts its last series ran.
+type deadLetterJSON struct {
+	task.DeadLetter
+	LastAttempt int `json:"last_attempt"`
 }

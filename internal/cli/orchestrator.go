@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/orchestrator"
@@ -26,7 +24,7 @@ func orchestratorCmd(g *globals) *cobra.Command {
 			}
 			defer d.stop()
 			log, nc, reg := d.log, d.nc, d.reg
-			cfg.Logger, cfg.TracerProvider = slog.New(zerolog.NewSlogHandler(log)), d.tp
+			cfg.Logger, cfg.TracerProvider = slogger(log), d.tp
 			om := orchestratorMetrics(reg, &cfg)
 			o, err := orchestrator.New(nc, cfg)
 			if err != nil {
@@ -79,6 +77,8 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
 	groupCommitFlag(f, &cfg.Topology.GroupCommit)
 	readyFlags(f)
+	f.DurationVar(&cfg.Topology.DLQMaxAge, "dlq-max-age", 0, "keep dead letters this long in AX_DLQ (0: keep the stream's setting, for ever at first; negative: for ever); the tasks' records stay failed")
+	f.Var(dlqRetentionFlag{&cfg.DeadLetterRetention}, "dlq-retention", "keep one task type's dead letters shorter, repeatable: TYPE=DURATION (e.g. email.send=72h)")
 	f.DurationVar(&cfg.Topology.TaskHistoryMaxAge, "history-max-age", 0, "remove a finished task's history this long after it finished (0: keep for ever); unfinished tasks are never removed")
 	f.DurationVar(&cfg.DependencyTimeout, "dependency-timeout", orchestrator.DefaultDependencyTimeout, "how long a task waits for a depends_on id that does not exist before it is cancelled (a spec's dependency_timeout overrides it)")
 	f.DurationVar(&cfg.ReconcileInterval, "reconcile-interval", orchestrator.DefaultReconcileInterval, "how long an unfinished task may stand still before the reconciler first looks at it")

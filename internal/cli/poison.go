@@ -71,7 +71,7 @@ again on its original subject and removed from AX_POISON.`,
 			for _, a := range args {
 				n, err := strconv.ParseUint(a, 10, 64)
 				if err != nil || n == 0 {
-					return fmt.Errorf("%q is not a poison message's sequence (see ax poison list)", a)
+					return usageError(fmt.Errorf("%q is not a poison message's sequence (see ax poison list)", a))
 				}
 				seqs = append(seqs, n)
 			}
@@ -85,13 +85,20 @@ again on its original subject and removed from AX_POISON.`,
 				}
 			}
 			if len(seqs) == 0 {
-				return errors.New("name the sequences to re-drive, or --all")
+				return usageError(errors.New("name the sequences to re-drive, or --all"))
 			}
+			done := []uint64{}
 			for _, seq := range seqs {
 				if err := redrivePoison(ctx, js, seq); err != nil {
 					return err
 				}
-				fmt.Fprintf(g.stdout, "re-driven %d\n", seq)
+				done = append(done, seq)
+				if !g.jsonOutput() {
+					fmt.Fprintf(g.stdout, "re-driven %d\n", seq)
+				}
+			}
+			if g.jsonOutput() {
+				return g.printJSON(map[string]any{"redriven": done})
 			}
 			return nil
 		}),

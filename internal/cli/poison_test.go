@@ -48,8 +48,8 @@ func TestPoisonListAndRedrive(t *testing.T) {
 	if len(entries) != 1 || entries[0].Original != subject.Submit("ok") || entries[0].Reason != "JetStream unavailable" || entries[0].Deliveries != "50" {
 		t.Fatalf("poison list: %+v", entries)
 	}
-	if out := run("poison", "redrive", "--all"); !strings.Contains(out, "re-driven") {
-		t.Fatalf("redrive: %s", out)
+	if out := run("poison", "redrive", "--all", "-o", "json"); strings.TrimSpace(out) != "{\n  \"redriven\": [\n    1\n  ]\n}" {
+		t.Fatalf("redrive -o json: %s", out)
 	}
 	if got, err := c.Wait(ctx, "was-poison"); err != nil || got.State != task.Succeeded {
 		t.Fatalf("re-driven submission: %v", err)

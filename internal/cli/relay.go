@@ -3,12 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"text/tabwriter"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/metrics"
@@ -42,7 +40,7 @@ MySQL or NATS is down rows wait and the relay retries. See docs/outbox.md.`,
 			defer d.stop()
 			started := d.health.Starting("relay")
 			log := d.log
-			cfg.Logger = slog.New(zerolog.NewSlogHandler(log))
+			cfg.Logger = slogger(log)
 			dsn := mysqlDSNOrEnv(dsn)
 			db, err := mirror.Open(dsn, &log)
 			if err != nil {

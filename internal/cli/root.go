@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/natsconn"
@@ -24,13 +23,14 @@ const DefaultNATSURL = "nats://127.0.0.1:4222"
 
 // globals are the flags every command shares.
 type globals struct {
-	nats     natsconn.Settings  // connection flags (natsflags.go)
-	resolved *natsconn.Resolved // nats resolved once per command
-	logLevel string
-	output   string
-	caller   string // --as: who sends commands (sdk.Client.Caller)
-	stdout   io.Writer
-	stderr   io.Writer
+	nats      natsconn.Settings  // connection flags (natsflags.go)
+	resolved  *natsconn.Resolved // nats resolved once per command
+	logLevel  string
+	logFormat string
+	output    string
+	caller    string // --as: who sends commands (sdk.Client.Caller)
+	stdout    io.Writer
+	stderr    io.Writer
 }
 
 // Run executes the ax command line and returns the process exit code.
@@ -48,14 +48,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pf := root.PersistentFlags()
 	g.addNATSFlags(pf)
 	pf.StringVar(&g.logLevel, "log-level", envOr("AX_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env AX_LOG_LEVEL)")
+	pf.StringVar(&g.logFormat, "log-format", envOr("AX_LOG_FORMAT", logFormatText), "log format on stderr: text (coloured only on a terminal) or json, one object per line; RFC 3339 times (env AX_LOG_FORMAT)")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return g.checkLogFlags() }
 	pf.StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	pf.StringVar(&g.caller, "as", os.Getenv("AX_AS"), "send commands as this caller, recorded with what they change: ax.cmd.as.<name>.… (with per-user permissions, your NATS user's own name; env AX_AS)")
 	for _, c := range commands(g) {
 		root.AddCommand(c)
 	}
+	markUsageErrors(root)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "ax:", err)
-		if g.jsonOutput() {
+		if g.jsonOutput() || jsonAsked(args) {
 			_ = g.printJSON(errorJSON(err))
 		}
 		return 1
@@ -68,7 +71,7 @@ func commands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		devCmd(g), orchestratorCmd(g), serverCmd(g), workerCmd(g),
 		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), redriveCmd(g), rejectedCmd(g), benchCmd(g), scheduleCmd(g), pauseCmd(g), resumeCmd(g), limitsCmd(g), mirrorCmd(g), auditCmd(g), topologyCmd(g), poisonCmd(g), consoleCmd(g),
-		relayCmd(g), planCmd(g), natsAccountsCmd(g), migrateCmd(g), versionCmd(g), healthcheckCmd(g),
+		relayCmd(g), planCmd(g), natsAccountsCmd(g), migrateCmd(g), versionCmd(g), healthcheckCmd(g), workersCmd(g), tasksCmd(g),
 	}
 }
 
@@ -77,15 +80,6 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
-}
-
-// logger returns a console logger at the configured level on stderr.
-func (g *globals) logger() zerolog.Logger {
-	lvl, err := zerolog.ParseLevel(g.logLevel)
-	if err != nil {
-		lvl = zerolog.InfoLevel
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: g.stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
 }
 
 // connect dials the configured NATS server with the configured
@@ -155,3 +149,48 @@ func (g *globals) printJSON(v any) error {
 }
 
 func (g *globals) jsonOutput() bool { return g.output == "json" }
+
+// markUsageErrors makes the errors of the command line itself — an
+// unknown command or flag, a wrong number of arguments — usage errors
+// (-o json code "invalid") throughout the command tree. A group of
+// commands (ax, ax dlq, …) run without a subcommand prints its help; with
+// an unknown one it fails.
+func markUsageErrors(root *cobra.Command) {
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = cobra.ArbitraryArgs
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageError(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+				}
+				return cmd.Help()
+			}
+		case c.Args != nil:
+			args := c.Args
+			c.Args = func(cmd *cobra.Command, a []string) error { return usageError(args(cmd, a)) }
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// jsonAsked reports whether args ask for -o json: for an error in the
+// command line itself, which stops parsing before the flag is read.
+func jsonAsked(args []string) bool {
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "-ojson", a == "--output=json", a == "-o=json":
+			return true
+		case (a == "-o" || a == "--output") && i+1 < len(args) && args[i+1] == "json":
+			return true
+		}
+	}
+	return false
+}

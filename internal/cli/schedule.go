@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -22,14 +24,19 @@ func scheduleCmd(g *globals) *cobra.Command {
 		payload string
 		timeout time.Duration
 		ttl     time.Duration
+		graph   string
 	)
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create or replace a schedule",
 		Example: `  ax schedule create nightly-report --cron "0 2 * * *" --tz Europe/Berlin --type report.build
-  ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow`,
+  ax schedule create heartbeat --cron "@every 30s" --type ping --overlap allow
+  ax schedule create nightly-etl --cron "0 3 * * *" -f etl.json      # a whole graph {"tasks":[…]} each night`,
 		Args: cobra.ExactArgs(1),
 		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
+			if s.Cron == "" || (typ == "") == (graph == "") {
+				return usageError(errors.New(`required flags: "cron", and "type" or a graph file (-f)`))
+			}
 			s.Name = args[0]
 			s.Template.Type = typ
 			if payload != "" {
@@ -37,18 +44,30 @@ func scheduleCmd(g *globals) *cobra.Command {
 			}
 			s.Template.Timeout = task.Duration(timeout)
 			s.Template.TTL = task.Duration(ttl)
+			if graph != "" {
+				data, err := os.ReadFile(graph)
+				if err != nil {
+					return usageError(err)
+				}
+				g, err := task.DecodeGraph(data)
+				if err != nil {
+					return usageError(fmt.Errorf("%s: %w", graph, err))
+				}
+				s.Graph, s.Template = g.Tasks, task.Spec{}
+			}
 			got, err := c.CreateSchedule(ctx, s)
 			if err != nil {
 				return err
 			}
-			return printSchedules(g, []task.Schedule{*got})
+			return printSchedule(g, got)
 		}),
 	}
 	s.Template.Priority, s.Template.MaxRetries = new(task.DefaultPriority), new(task.DefaultMaxRetries)
 	f := create.Flags()
 	f.StringVar(&s.Cron, "cron", "", "5-field (minute first) or 6-field (seconds first) cron, @hourly…, or \"@every 30s\" (required)")
 	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone of the cron fields (default UTC)")
-	f.StringVar(&typ, "type", "", "task type of each firing (required)")
+	f.StringVar(&typ, "type", "", "task type of each firing (or -f)")
+	f.StringVarP(&graph, "file", "f", "", "a graph {\"tasks\":[…]} each firing creates whole, its ids prefixed with the firing's (instead of --type and the template flags)")
 	f.StringVar(&payload, "payload", "", "payload as JSON")
 	f.IntVar(s.Template.Priority, "priority", task.DefaultPriority, "priority 0 (highest) … 5 (lowest)")
 	f.StringVar(&s.Template.Capability, "capability", task.DefaultCapability, "capability")
@@ -58,8 +77,6 @@ func scheduleCmd(g *globals) *cobra.Command {
 	f.StringVar(&s.Overlap, "overlap", task.OverlapSkip, "skip (a firing while the previous task runs is skipped) or allow")
 	f.BoolVar(&s.CatchUp, "catch-up", false, "after downtime fire every missed slot (up to 1000), not once")
 	f.BoolVar(&s.Paused, "paused", false, "create it paused")
-	_ = create.MarkFlagRequired("cron")
-	_ = create.MarkFlagRequired("type")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -81,10 +98,13 @@ func scheduleCmd(g *globals) *cobra.Command {
 					return err
 				}
 				if s == nil {
+					if g.jsonOutput() {
+						return g.printJSON(map[string]any{"name": args[0], "deleted": true})
+					}
 					fmt.Fprintf(g.stdout, "%s deleted\n", args[0])
 					return nil
 				}
-				return printSchedules(g, []task.Schedule{*s})
+				return printSchedule(g, s)
 			})}
 	}
 	pause := action("pause", "Stop a schedule from firing", (*sdk.Client).PauseSchedule)
@@ -94,6 +114,14 @@ func scheduleCmd(g *globals) *cobra.Command {
 	})
 	cmd.AddCommand(create, list, pause, resume, del)
 	return cmd
+}
+
+// printSchedule prints one schedule: an object with -o json.
+func printSchedule(g *globals, s *task.Schedule) error {
+	if g.jsonOutput() {
+		return g.printJSON(s)
+	}
+	return printSchedules(g, []task.Schedule{*s})
 }
 
 func printSchedules(g *globals, ss []task.Schedule) error {
@@ -111,7 +139,11 @@ func printSchedules(g *globals, ss []task.Schedule) error {
 		if tz == "" {
 			tz = "UTC"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.Cron, tz, s.Template.Type, s.Overlap, s.Paused, next, s.LastTaskID, s.Skipped)
+		what := s.Template.Type
+		if len(s.Graph) > 0 {
+			what = fmt.Sprintf("graph of %d tasks", len(s.Graph))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\n", s.Name, s.Cron, tz, what, s.Overlap, s.Paused, next, s.LastTaskID, s.Skipped)
 	}
 	return w.Flush()
 }

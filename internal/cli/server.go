@@ -17,7 +17,7 @@ func serverCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfg.StoreDir == "" {
-				return fmt.Errorf("--store is required")
+				return usageError(fmt.Errorf("--store is required"))
 			}
 			s, err := natsserver.Start(cfg)
 			if err != nil {
@@ -29,7 +29,11 @@ func serverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			log.Info().Str("url", s.URL()).Str("store", cfg.StoreDir).Bool("sync_always", cfg.SyncAlways).Msg("NATS server running; Ctrl-C to stop")
-			fmt.Fprintln(g.stdout, s.URL())
+			if g.jsonOutput() {
+				_ = g.printJSON(map[string]string{"url": s.URL(), "store": cfg.StoreDir})
+			} else {
+				fmt.Fprintln(g.stdout, s.URL())
+			}
 			<-cmd.Context().Done()
 			s.Stop()
 			return nil
@@ -38,7 +42,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.StoreDir, "store", "", "JetStream store directory (required)")
 	f.StringVar(&cfg.Host, "host", "127.0.0.1", "listen address")
-	f.IntVar(&cfg.Port, "port", 0, "listen port (0 picks a free one; the URL is printed)")
+	f.IntVar(&cfg.Port, "port", defaultNATSPort(), "listen port: the one every ax command and the SDK connect to by default (0 picks a free one; the URL is printed)")
 	f.BoolVar(&cfg.SyncAlways, "sync-always", false, "fsync every write (see deploy/README.md)")
 	f.StringVar(&healthAddr, "health-addr", "", "serve /healthz and /readyz on this address (e.g. :8222; default off)")
 	return cmd

@@ -77,22 +77,36 @@ and client that starts afterwards (deploy/README.md, "Durability").`,
 			if err := topology.Ensure(ctx, js, opts); err != nil {
 				return err
 			}
+			type streamJSON struct {
+				Name        string `json:"name"`
+				Replicas    int    `json:"replicas"`
+				Storage     string `json:"storage"`
+				GroupCommit bool   `json:"group_commit"`
+			}
+			out := []streamJSON{}
 			for _, cfg := range topology.Streams(topology.Options{}) {
 				s, err := js.Stream(ctx, cfg.Name)
 				if err != nil {
 					return fmt.Errorf("stream %s: %w", cfg.Name, err)
 				}
 				have := s.CachedInfo().Config
+				out = append(out, streamJSON{Name: cfg.Name, Replicas: have.Replicas, Storage: have.Storage.String(), GroupCommit: groupcommit.Enabled(have)})
+			}
+			if g.jsonOutput() {
+				return g.printJSON(out)
+			}
+			for _, s := range out {
 				extra := ""
-				if groupcommit.Enabled(have) {
+				if s.GroupCommit {
 					extra = ", group commit"
 				}
-				fmt.Fprintf(g.stdout, "%-14s replicas %d, %s%s\n", cfg.Name, have.Replicas, have.Storage, extra)
+				fmt.Fprintf(g.stdout, "%-14s replicas %d, %s%s\n", s.Name, s.Replicas, s.Storage, extra)
 			}
 			return nil
 		}),
 	}
 	cmd.Flags().IntVar(&opts.Replicas, "replicas", 0, "replicas of every stream (0: keep the current count)")
+	cmd.Flags().DurationVar(&opts.DLQMaxAge, "dlq-max-age", 0, "keep dead letters this long in AX_DLQ (0: keep the stream's setting; negative: for ever)")
 	readyFlags(cmd.Flags())
 	groupCommitFlag(cmd.Flags(), &opts.GroupCommit)
 	return cmd

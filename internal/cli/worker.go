@@ -2,10 +2,8 @@ package cli
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/executor"
@@ -36,7 +34,7 @@ and for the end-to-end tests.`,
 			}
 			defer d.stop()
 			log := d.log
-			cfg.Logger = slog.New(zerolog.NewSlogHandler(log))
+			cfg.Logger = slogger(log)
 			if d.tp != nil {
 				cfg.Hooks = append(cfg.Hooks, exectrace.Hook(d.tp))
 			}

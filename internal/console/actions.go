@@ -25,6 +25,8 @@ const (
 	actSchedulePause  = "schedule-pause"
 	actScheduleResume = "schedule-resume"
 	actScheduleRun    = "schedule-trigger"
+	// actDLQDiscard discards dead letters (dlq.go): their tasks stay failed.
+	actDLQDiscard = "dlq-discard"
 )
 
 // bulkWorkers bounds the commands a bulk action has in flight.
@@ -44,6 +46,8 @@ type plan struct {
 	// WithDependents applies to re-drive: the dependents the failure
 	// cancelled are re-opened too (the confirmation page's checkbox).
 	WithDependents bool
+	// Schedule is the schedule a schedule-save stores (schedules.go).
+	Schedule *task.Schedule
 	// Fields are the form's fields, posted again on confirmation.
 	Fields [][2]string
 	Back   string
@@ -137,6 +141,10 @@ func (s *Server) resolve(ctx context.Context, action string, f url.Values) (*pla
 		if err := s.resolveRedrive(ctx, f, p, keep); err != nil {
 			return nil, err
 		}
+	case actDLQDiscard:
+		if err := s.resolveDiscard(ctx, f, p, keep); err != nil {
+			return nil, err
+		}
 	case actPause, actResume:
 		typ := strings.TrimSpace(f.Get("type"))
 		if typ != "" && !task.ValidType(typ) {
@@ -157,6 +165,14 @@ func (s *Server) resolve(ctx context.Context, action string, f url.Values) (*pla
 			}
 		} else {
 			p.Summary = "Resume " + what + " and release the tasks its pause held."
+		}
+	case actScheduleSave:
+		if err := s.resolveScheduleSave(ctx, f, p, keep); err != nil {
+			return nil, err
+		}
+	case actScheduleDelete:
+		if err := s.resolveScheduleDelete(ctx, f, p, keep); err != nil {
+			return nil, err
 		}
 	case actSchedulePause, actScheduleResume, actScheduleRun:
 		name := strings.TrimSpace(f.Get("name"))
@@ -274,7 +290,7 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 		}
 	}
 	switch p.Action {
-	case actCancel, actRedrive, actRerun:
+	case actCancel, actRedrive, actRerun, actDLQDiscard:
 		out := make([]outcome, len(p.IDs))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, bulkWorkers)
@@ -315,6 +331,17 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 		var err error
 		detail := ""
 		switch p.Action {
+		case actScheduleSave:
+			var saved *task.Schedule
+			if saved, err = s.c.CreateSchedule(ctx, *p.Schedule); err == nil {
+				detail = "saved"
+				if saved.NextFire != nil {
+					detail += "; next firing " + saved.NextFire.UTC().Format(time.RFC3339)
+				}
+			}
+		case actScheduleDelete:
+			err = s.c.DeleteSchedule(ctx, p.Scope)
+			detail = "deleted"
 		case actSchedulePause:
 			_, err = s.c.PauseSchedule(ctx, p.Scope)
 			detail = "paused"
@@ -354,6 +381,11 @@ func (s *Server) taskCommand(ctx context.Context, u user, p *plan, id, reason st
 			opts = append(opts, sdk.WithDependents())
 		}
 		t, err = s.c.RedriveWithReason(ctx, id, reason, opts...)
+	case actDLQDiscard:
+		if err = s.c.DiscardDeadLetter(ctx, id, reason); err == nil {
+			o.OK, o.Detail, o.Link = true, "dead letter discarded; the task stays failed", "/task/"+escapeID(id)
+			return o
+		}
 	case actRerun:
 		var nid string
 		nid, err = s.c.Rerun(ctx, id)

@@ -2,7 +2,9 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -168,4 +170,48 @@ func (s *Server) handleSchedules(w http.ResponseWriter, r *http.Request, v *visi
 		return
 	}
 	s.render(w, r, v, http.StatusOK, "schedules", map[string]any{"Title": "Schedules", "Schedules": ss, "Now": s.now()})
+}
+
+// resolveDiscard resolves a discard of dead letters: of the ids given (a
+// selection), or of a dead-letter group; with canary=N, only the first N.
+func (s *Server) resolveDiscard(ctx context.Context, f url.Values, p *plan, keep func(...string)) error {
+	var what string
+	switch {
+	case f.Get("group") != "":
+		ids, err := s.groupIDs(ctx, f.Get("group"))
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return fmt.Errorf("the dead-letter group is empty now (already re-driven or discarded?).")
+		}
+		typ, pattern, _ := strings.Cut(f.Get("group"), "|")
+		p.IDs, what = ids, fmt.Sprintf("the %d dead letters of type %s failing with %q", len(ids), typ, pattern)
+		keep("group")
+	default:
+		seen := map[string]bool{}
+		for _, id := range f["id"] {
+			id = strings.TrimSpace(id)
+			if !task.ValidID(id) {
+				return fmt.Errorf("%q is not a valid task id.", id)
+			}
+			if !seen[id] {
+				seen[id] = true
+				p.IDs = append(p.IDs, id)
+			}
+		}
+		switch {
+		case len(p.IDs) == 0:
+			return fmt.Errorf("no dead letter was selected.")
+		case len(p.IDs) > maxBulk:
+			return fmt.Errorf("%d dead letters selected; at most %d at once.", len(p.IDs), maxBulk)
+		case len(p.IDs) == 1:
+			what = "the dead letter of task " + p.IDs[0]
+		default:
+			what = fmt.Sprintf("%d selected dead letters", len(p.IDs))
+		}
+		keep("id")
+	}
+	p.Summary = "Discard " + what + " for good: they leave the dead-letter queue (recorded in the audit trail); their tasks stay failed and can still be re-driven from their pages."
+	return nil
 }

@@ -214,7 +214,14 @@ func (s *Server) computeOverview(ctx context.Context) (*Overview, error) {
 	for i, j := 0, len(ov.Recent)-1; i < j; i, j = i+1, j-1 {
 		ov.Recent[i], ov.Recent[j] = ov.Recent[j], ov.Recent[i]
 	}
-	ov.Executor = s.watch.executorRows()
+	if ws, err := s.c.Workers(ctx); err == nil {
+		ov.Executor = executorRowsOf(ws)
+	} else {
+		// An older deployment without the registry: executors seen
+		// in the task events.
+		note("workers registry", err)
+		ov.Executor = s.watch.executorRows()
+	}
 	ov.Series = s.watch.series(chartWindow)
 	if s.cfg.Auditor != nil {
 		ov.Source = "mysql"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -244,7 +245,7 @@ func (s *Server) dag(ctx context.Context, t *task.Task) DAG {
 
 // explain answers "why is it in this state": why it has not run, why it
 // ran several times, why it is still waiting.
-func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardProgress, now time.Time) []string {
+func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardProgress, live *LiveRun, served bool, now time.Time) []string {
 	var out []string
 	since := func(p *time.Time) string {
 		if p == nil {
@@ -293,10 +294,17 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 			out = append(out, "Waiting"+since(&t.UpdatedAt)+": "+t.Reason)
 		}
 	case task.Ready:
-		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity (or started less than a heartbeat ago: a short attempt is marked running only if it outlives one).",
+		if live != nil {
+			// Its record moves to running only if the attempt outlives
+			// a heartbeat; the executor's announcement says it runs.
+			out = append(out, fmt.Sprintf("Running on executor %s%s (attempt %d of %d): its handler started; the record says ready until the attempt outlives a heartbeat.",
+				live.Executor, since(&live.Since), t.Attempt, t.RetryLimit()+1))
+			break
+		}
+		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity.",
 			since(t.ReadyAt), t.Capability, t.PriorityLevel(), t.Attempt, t.RetryLimit()+1))
-		if !s.watch.serves(t.Capability) {
-			out = append(out, fmt.Sprintf("No executor serving capability %q was seen in the last %s.", t.Capability, executorIdle))
+		if !served {
+			out = append(out, fmt.Sprintf("No executor serving capability %q is running (the workers registry lists none).", t.Capability))
 		}
 		if t.Dispatches > 1 {
 			out = append(out, fmt.Sprintf("Dispatched %d times without being started.", t.Dispatches))
@@ -369,6 +377,10 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 	}
 	ctx := r.Context()
 	t, err := s.c.Get(ctx, id)
+	if part := r.URL.Query().Get("part"); part != "" {
+		s.taskPart(w, r, v, t, err, part)
+		return
+	}
 	var rej *sdk.RejectedError
 	switch {
 	case errors.As(err, &rej):
@@ -405,7 +417,9 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 			}
 		}
 	}
-	data["Why"] = s.explain(t, g, att, shards, now)
+	live := s.liveRun(ctx, t)
+	data["Live"] = live
+	data["Why"] = s.explain(t, g, att, shards, live, live != nil || t.State != task.Ready || s.serves(ctx, t.Capability), now)
 	if len(t.DependsOn) > 0 {
 		data["Inputs"], data["InputsCut"] = s.inputs(ctx, t)
 	}
@@ -485,4 +499,55 @@ func shardBar(p *sdk.ShardProgress) []Bar {
 		}
 	}
 	return out
+}
+
+// LiveRun is the handler of a task's current execution running now, as
+// its executor announces it in the workers registry: shown on the task
+// page (refreshed live) before the record says running, with the
+// handler's progress.
+type LiveRun struct {
+	Executor string
+	task.WorkerExecution
+}
+
+// liveRun finds the handler of t's current execution in the workers
+// registry (nil for a task that ended, or one not running now).
+func (s *Server) liveRun(ctx context.Context, t *task.Task) *LiveRun {
+	if t == nil || t.State.Terminal() {
+		return nil
+	}
+	w, x, err := s.c.RunningOn(ctx, t.ID)
+	if err != nil || x == nil || x.ExecutionID != t.ExecutionID {
+		return nil
+	}
+	return &LiveRun{Executor: w.ID, WorkerExecution: *x}
+}
+
+// serves reports whether an executor of capability runs now (the workers
+// registry; without one, whether one was seen in the task events lately).
+func (s *Server) serves(ctx context.Context, capability string) bool {
+	ws, err := s.c.Workers(ctx)
+	if err != nil {
+		return s.watch.serves(capability)
+	}
+	for _, w := range ws {
+		if slices.Contains(w.Capabilities, capability) {
+			return true
+		}
+	}
+	return false
+}
+
+// taskPart renders a live fragment of a task page: "live", where its
+// handler runs now and its progress.
+func (s *Server) taskPart(w http.ResponseWriter, r *http.Request, v *visit, t *task.Task, err error, part string) {
+	if part != "live" {
+		s.fail(w, r, v, http.StatusBadRequest, "Bad request", "There is no part "+strconv.Quote(part)+" of a task page.")
+		return
+	}
+	if err != nil {
+		s.fail(w, r, v, http.StatusNotFound, "Task unavailable", err.Error())
+		return
+	}
+	s.renderPart(w, r, v, "task", part, map[string]any{"T": t, "Live": s.liveRun(r.Context(), t), "Now": s.now()})
 }

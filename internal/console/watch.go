@@ -223,13 +223,25 @@ func (w *watcher) series(window time.Duration) Series {
 	return s
 }
 
-// ExecutorRow is an executor seen running or finishing a task lately.
+// ExecutorRow is an executor online: from the workers registry (idle
+// ones too), or, without one, seen running or finishing a task lately.
 type ExecutorRow struct {
-	ID           string    `json:"id"`
-	Capabilities []string  `json:"capabilities"`
-	Running      int       `json:"running"`
-	Load         float64   `json:"load"`
-	LastSeen     time.Time `json:"last_seen"`
+	ID           string   `json:"id"`
+	Capabilities []string `json:"capabilities"`
+	Running      int      `json:"running"`
+	Load         float64  `json:"load"`
+	// Capacity is 0 for an executor only seen in the task events.
+	Capacity float64   `json:"capacity"`
+	LastSeen time.Time `json:"last_seen"`
+}
+
+// executorRowsOf are the overview's rows of the registry's executors.
+func executorRowsOf(ws []task.Worker) []ExecutorRow {
+	out := make([]ExecutorRow, len(ws))
+	for i, w := range ws {
+		out[i] = ExecutorRow{ID: w.ID, Capabilities: w.Capabilities, Running: w.RunningTotal, Load: w.InFlight, Capacity: w.Capacity, LastSeen: w.HeartbeatAt}
+	}
+	return out
 }
 
 func (w *watcher) executorRows() []ExecutorRow {

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -145,4 +146,24 @@ func (m *Mirror) watchLag(ctx context.Context) {
 		}
 		prev = behind
 	}
+}
+
+// MarshalJSON leaves out the times that are zero (OldestUnmirrored when
+// caught up, LastEventAt before the first write, DBDownSince while MySQL
+// works) rather than printing 0001-01-01T00:00:00Z: encoding/json's
+// omitempty does not omit a zero time.Time.
+func (l Lag) MarshalJSON() ([]byte, error) {
+	type plain Lag // without this method
+	opt := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
+	return json.Marshal(struct {
+		plain
+		OldestUnmirrored *time.Time `json:"oldest_unmirrored,omitempty"`
+		LastEventAt      *time.Time `json:"last_event_at,omitempty"`
+		DBDownSince      *time.Time `json:"db_down_since,omitempty"`
+	}{plain(l), opt(l.OldestUnmirrored), opt(l.LastEventAt), opt(l.DBDownSince)})
 }

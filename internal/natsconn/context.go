@@ -176,3 +176,37 @@ func contextSecret(v string) (string, error) {
 func validContextName(name string) bool {
 	return name != "" && !strings.Contains(name, "..") && !strings.ContainsAny(name, `/\`)
 }
+
+// ContextPath is where the context named name (or the path of a context
+// file ending in ".json") lives in the nats CLI's configuration directory
+// dir (Settings.ContextDir): dir/context/<name>.json.
+func ContextPath(dir, name string) (string, error) {
+	if strings.HasSuffix(name, ".json") {
+		return name, nil
+	}
+	if !validContextName(name) {
+		return "", fmt.Errorf("invalid NATS context name %q", name)
+	}
+	if dir == "" {
+		return "", fmt.Errorf("NATS context %q: no nats configuration directory (set HOME or XDG_CONFIG_HOME)", name)
+	}
+	return filepath.Join(dir, "context", name+".json"), nil
+}
+
+// SaveContext writes a nats CLI context holding only a server URL (and a
+// description) at path, creating its directory: what `ax dev` leaves for
+// the other commands (`--context ax-dev`) and the nats CLI. It does not
+// select it.
+func SaveContext(path, description, url string) error {
+	b, err := json.MarshalIndent(map[string]string{"description": description, "url": url}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("save NATS context: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("save NATS context: %w", err)
+	}
+	return nil
+}

@@ -17,7 +17,8 @@
 //     plans and large results in its capability's object store
 //     (AX_OBJECTS_<C>, and no other), asks the orchestrator to claim an
 //     attempt on its capability's claim subject, and listens to cancel
-//     signals. It reads task records, leases, fan-in markers and every
+//     signals, and announces itself in the workers registry under its
+//     capabilities' keys (AX_WORKERS). It reads task records, leases, fan-in markers and every
 //     capability's objects (upstream results). It writes no record and no
 //     stream configuration.
 //   - producer: submits (on every intake lane, or only for some types),
@@ -27,7 +28,8 @@
 //     commands, records operator audit events, resubmits (re-run, a
 //     schedule fired by hand) and reads everything but the queues'
 //     messages (pauses, breakers and key limits in AX_CONTROL, the
-//     concurrency slots in AX_SLOTS included).
+//     concurrency slots in AX_SLOTS and the workers registry AX_WORKERS
+//     included).
 //
 // Every user receives replies only on its own inboxes, _INBOX.<user>.>: a
 // client of that user must connect with that inbox prefix (--inbox-prefix,
@@ -311,6 +313,7 @@ func orchestrator(objects []string) Permissions {
 		kvAll(subject.BucketSlots),   // concurrency slots per key
 		kvAll(subject.BucketRevoked), // executions of cancelled and expired tasks
 		kvAll(subject.BucketKeys),    // the execution-token key: orchestrators only
+		kvAll(subject.BucketWorkers),
 		// Command replies (Ax-Reply-To: another user's inbox).
 		subject.ReplyInbox+".>",
 	)
@@ -341,6 +344,10 @@ func executor(capabilities, types, objects []string) Permissions {
 			)
 		}
 		p.Publish.Allow = append(p.Publish.Allow, subject.Claim(c), subject.Inputs(c), subject.LeaseCapability(c))
+		// Its announcement in the workers registry, under its
+		// capability's keys only (subject.WorkerKey): it cannot pass
+		// itself off as another capability's executor.
+		p.Publish.Allow = append(p.Publish.Allow, subject.KVKey(subject.BucketWorkers, subject.WorkerKeyCapability(c)))
 		// Plans and large results, in its capability's object store only:
 		// another capability's objects (and AX_OBJECTS) it may not write,
 		// replace or roll up.
@@ -444,7 +451,8 @@ func operator(name string, objects, ready []string) Permissions {
 	)
 	read(&p, Operator, ready, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts,
 		subject.StreamDLQ, subject.StreamRejected, subject.StreamHeld, subject.StreamAudit, subject.StreamPoison,
-		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl), kvStream(subject.BucketSlots)}, objStreams(objects)...)...)
+		kvStream(subject.BucketSchedules), kvStream(subject.BucketControl), kvStream(subject.BucketSlots),
+		kvStream(subject.BucketWorkers)}, objStreams(objects)...)...)
 	return p
 }
 

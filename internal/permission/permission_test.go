@@ -148,6 +148,18 @@ func TestMatrix(t *testing.T) {
 		pub("executor-email", "$JS.API.CONSUMER.DELETE.AX_TASKS.ax-ready-email-p0", false),
 		pub("executor-email", "$KV.AX_CONTROL.pause.all", false),
 		sub("executor-email", subject.BellCapability("pdf"), false),
+		// Its announcement in the workers registry, under its own
+		// capability only; reading the registry is the operators'.
+		pub("executor-email", subject.KVKey(subject.BucketWorkers, subject.WorkerKey("email", "executor-1.example.com")), true),
+		pub("executor-email", subject.KVKey(subject.BucketWorkers, subject.WorkerKey("pdf", "executor-1")), false),
+		pub("executor-email", subject.KVKey(subject.BucketWorkers, "email"), false),
+		pub("executor-email", "$JS.API.STREAM.INFO.KV_AX_WORKERS", true),
+		pub("executor-email", "$JS.API.STREAM.PURGE.KV_AX_WORKERS", false),
+		pub("executor-email", "$JS.API.CONSUMER.CREATE.KV_AX_WORKERS.abc.$KV.AX_WORKERS.>", false),
+		pub("producer", subject.KVKey(subject.BucketWorkers, subject.WorkerKey("email", "x")), false),
+		pub("operator", subject.KVKey(subject.BucketWorkers, subject.WorkerKey("email", "x")), false),
+		pub("operator", "$JS.API.CONSUMER.CREATE.KV_AX_WORKERS.abc.$KV.AX_WORKERS.>", true),
+		pub("operator", "$JS.API.STREAM.MSG.GET.KV_AX_WORKERS", true),
 		sub("executor-email", subject.ReadyCapability("pdf"), false),
 		sub("executor-email", "_INBOX.>", false),
 		sub("executor-email", "_INBOX.executor-pdf.abc", false),

@@ -27,6 +27,7 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		StreamTypes, TaskTypeAll, TaskType("<type>"), BucketObjects, ObjectBucket("<capability>"),
 		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
 		State("<id>", "<type>"),
+		BucketWorkers, "$KV.AX_WORKERS.<key>", "<capability>.<executor id>", CommandDLQDelete,
 	}
 	for _, n := range names {
 		if !strings.Contains(string(doc), n) {

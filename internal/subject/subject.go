@@ -476,6 +476,9 @@ const (
 	// LimitID. limit-set carries the limit in the request's "limit".
 	CommandLimitSet    = "limit-set"
 	CommandLimitDelete = "limit-delete"
+	// CommandDLQDelete discards a task's dead letter (ax dlq rm); its id
+	// is the task id. The task's record stays failed.
+	CommandDLQDelete = "dlq-delete"
 )
 
 // Command is the subject of an operator command about a task.

@@ -35,6 +35,10 @@ type Options struct {
 	AllowFewerReplicas bool
 	// DuplicateWindow is the submit stream's de-duplication window. Default 2m.
 	DuplicateWindow time.Duration
+	// DLQMaxAge is how long AX_DLQ keeps a dead letter (the stream's max
+	// age; a per-message TTL can make one type's shorter). 0 keeps what
+	// the stream has (for ever when creating it); negative: for ever.
+	DLQMaxAge time.Duration
 	// TaskHistoryMaxAge bounds how long the history of a finished task is
 	// kept after it finished (the orchestrator removes it then, with its
 	// fan-in markers); unfinished tasks are never removed. It is also the
@@ -129,6 +133,9 @@ func Streams(o Options) []jetstream.StreamConfig {
 			Storage:           jetstream.FileStorage,
 			Replicas:          r,
 			MaxMsgsPerSubject: 1,
+			MaxAge:            max(o.DLQMaxAge, 0),
+			// A task type's dead letters may be kept shorter (a TTL each).
+			AllowMsgTTL: true,
 		},
 		{
 			Name:              subject.StreamHeld,
@@ -252,6 +259,7 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 			Storage: jetstream.FileStorage, Replicas: r},
 		{Bucket: subject.BucketRevoked, Description: "AX executions revoked by the orchestrators (cancelled or expired tasks), watched by executors", History: 1,
 			TTL: RevokedTTL, Storage: jetstream.FileStorage, Replicas: r},
+		workersBucket(r),
 	}
 }
 
@@ -525,6 +533,12 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, o Options, cfg je
 	if err := keepRetention(ctx, js, &cfg); err != nil {
 		return err
 	}
+	if cfg.Name == subject.StreamDLQ && o.DLQMaxAge == 0 {
+		// Not asked: keep the retention the cluster has.
+		if s, err := js.Stream(ctx, cfg.Name); err == nil {
+			cfg.MaxAge = s.CachedInfo().Config.MaxAge
+		}
+	}
 	if cfg.Name == subject.StreamTasks {
 		s, err := js.Stream(ctx, cfg.Name)
 		exists := err == nil
@@ -612,12 +626,25 @@ func Check(ctx context.Context, js jetstream.JetStream) error {
 	for _, name := range names {
 		if _, err := js.Stream(ctx, name); err != nil {
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				return fmt.Errorf("stream %s not found: %w", name, ErrMissing)
+				return fmt.Errorf("stream %s not found at %s: %w", name, server(js), ErrMissing)
 			}
-			return fmt.Errorf("bind stream %s: %w", name, err)
+			return fmt.Errorf("bind stream %s at %s: %w", name, server(js), err)
 		}
 	}
 	return nil
+}
+
+// server names the NATS server js talks to, for errors that must say
+// which server was asked: its URL without user information.
+func server(js jetstream.JetStream) string {
+	nc := js.Conn()
+	if nc == nil {
+		return "an unknown server"
+	}
+	if u := nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	return "a server that is not connected"
 }
 
 // Await waits until Check passes, retrying with backoff (up to 5 s) and

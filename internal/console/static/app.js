@@ -51,15 +51,18 @@
     });
   }
 
-  function refreshOverview() {
+  // Any page with a #live region (the overview, the Workers page, a task
+  // page whose handler runs) refreshes it from its data-refresh URL.
+  function refreshLive() {
     var live = document.getElementById("live");
     if (!live) return;
     var busy = live.contains(document.activeElement) && document.activeElement.tagName === "INPUT";
     if (!busy) {
       fetch(live.getAttribute("data-refresh"), { credentials: "same-origin" }).then(function (r) {
         return r.ok ? r.text() : null;
-      }).then(function (html) { if (html !== null) live.innerHTML = html; }).catch(function () {});
+      }).then(function (html) { if (html !== null) { live.innerHTML = html; widths(); } }).catch(function () {});
     }
+    if (!document.getElementById("charts")) return;
     fetch("/api/overview", { credentials: "same-origin" }).then(function (r) { return r.json(); }).then(function (o) {
       drawCharts(o.series);
       var u = document.getElementById("updated");
@@ -148,12 +151,12 @@
   document.addEventListener("DOMContentLoaded", function () {
     widths();
     if (document.getElementById("dag-data")) loadScript("/static/vendor/dagre.min.js", drawDAG);
-    if (document.getElementById("live")) {
+    if (document.getElementById("charts")) {
       loadScript("/static/vendor/uPlot.iife.min.js", function () {
         var s = document.getElementById("series");
         if (s) drawCharts(JSON.parse(s.textContent));
       });
-      setInterval(refreshOverview, 2000);
     }
+    if (document.getElementById("live")) setInterval(refreshLive, document.getElementById("charts") ? 2000 : 1000);
   });
 })();
