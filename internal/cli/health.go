@@ -59,6 +59,9 @@ The AX image has no shell, so a compose healthcheck runs this.`,
 			if err := health.Probe(ctx, url); err != nil {
 				return err
 			}
+			if g.jsonOutput() {
+				return g.printJSON(map[string]any{"ok": true, "url": url})
+			}
 			fmt.Fprintln(g.stdout, "ok")
 			return nil
 		},

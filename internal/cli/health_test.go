@@ -129,6 +129,11 @@ func TestProbes(t *testing.T) {
 	if code, out := healthcheck(wURL + "/readyz"); code != 0 || out != "ok\n" {
 		t.Fatalf("ax healthcheck of a ready worker: exit %d, %s", code, out)
 	}
+	var jsonOut, jsonErr syncBuffer
+	if code := Run(context.Background(), []string{"healthcheck", wURL + "/readyz", "-o", "json"}, &jsonOut, &jsonErr); code != 0 {
+		t.Fatalf("ax healthcheck -o json of a ready worker: exit %d, %s", code, jsonErr.String())
+	}
+	checkJSONContract(t, "healthcheck", jsonOut.String())
 	// metrics beside the probes
 	if code, body := probe(t, oURL+"/metrics"); code != 200 || !strings.Contains(body, "ax_backlog_tasks") && !strings.Contains(body, "go_goroutines") {
 		t.Fatalf("orchestrator /metrics: %d", code)
@@ -181,7 +186,7 @@ func TestProbes(t *testing.T) {
 // started.
 func TestProbesOfServerAndDev(t *testing.T) {
 	t.Parallel()
-	server := startCommand(t, "server", "--store", t.TempDir(), "--health-addr", "127.0.0.1:0", "--log-level", "info")
+	server := startCommand(t, "server", "--port", "0", "--store", t.TempDir(), "--health-addr", "127.0.0.1:0", "--log-level", "info")
 	waitProbe(t, server.probeURL(t)+"/readyz", 200, "[+]nats-server ok")
 
 	dev := startCommand(t, "dev", "--port", "0", "--store", t.TempDir(), "--console-addr", "off", "--metrics-addr", "127.0.0.1:0")

@@ -33,7 +33,7 @@ var jsonElsewhere = map[string]string{
 	"audit failures": "audit_test.go", "audit retries": "audit_test.go", "audit shards": "audit_test.go", "audit timeline": "audit_test.go",
 	"audit waiting": "audit_test.go", "audit stuck": "audit_test.go", "audit rebuild": "audit_test.go",
 	"relay status": "relay_test.go", "bench": "bench_test.go", "bench shards": "bench_test.go", "bench producer": "bench_test.go",
-	"plan": "plan_test.go", "poison redrive": "poison_test.go",
+	"plan": "plan_test.go", "poison redrive": "poison_test.go", "version": "version_test.go", "healthcheck": "health_test.go",
 	"server": "daemon (with -o json it prints {\"url\", \"store\"} once it listens: commands_test.go)",
 	"dev":    "daemon", "orchestrator": "daemon", "worker": "daemon", "console": "daemon", "mirror": "daemon", "relay": "daemon",
 }
@@ -179,6 +179,10 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 	ok("limits", "set", "j.*", "--concurrency", "2")
 	ok("limits", "rm", "j.*")
 	ok("workers")
+	// Nothing of an earlier layout to move here; --force: AX runs.
+	if v := ok("migrate", "tasks", "--force"); field(v, "moved") != float64(0) {
+		t.Errorf("ax migrate tasks on a current deployment: %v", v)
+	}
 	ok("tasks", "ls", "--state", "succeeded", "--limit", "2")
 	fails(codeNotFound, "mirror", "lag", "--nats", srv.URL()) // no mirror ever ran
 	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))

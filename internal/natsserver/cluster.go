@@ -57,9 +57,9 @@ func StartCluster(n int, cfg Config) (*Cluster, error) {
 		c.Servers = append(c.Servers, s)
 	}
 	for _, s := range c.Servers {
-		if !s.ReadyForConnections(10 * time.Second) {
+		if !s.ReadyForConnections(readyWait) {
 			c.Stop()
-			return nil, errors.New("start embedded cluster: a server is not ready after 10s")
+			return nil, fmt.Errorf("start embedded cluster: a server is not ready after %s", readyWait)
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)

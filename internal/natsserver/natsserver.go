@@ -65,12 +65,17 @@ func Start(cfg Config) (*Server, error) {
 		s.ConfigureLogger()
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	// A generous bound: a loaded machine (a test suite, a cold disk) can
+	// take seconds to recover a store; this is no timing assertion.
+	if !s.ReadyForConnections(readyWait) {
 		s.Shutdown()
-		return nil, fmt.Errorf("start embedded nats: not ready after 10s")
+		return nil, fmt.Errorf("start embedded nats: not ready after %s", readyWait)
 	}
 	return &Server{Server: s, cfg: cfg}, nil
 }
+
+// readyWait bounds the wait for an embedded server to accept connections.
+const readyWait = time.Minute
 
 // URL is the client URL of the server.
 func (s *Server) URL() string { return s.ClientURL() }
