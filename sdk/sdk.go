@@ -352,15 +352,28 @@ func transient(err error) bool {
 }
 
 func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
-	cons, done, err := scan.Open(ctx, c.js, subject.StreamTasks, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.TaskHistory(id)},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-	})
+	// The task's state first (one read): a task that ended is answered at
+	// once, and an unfinished one is watched from its next event on — a
+	// consumer that starts near the stream's end costs the server little,
+	// where one that looks for the last message of each subject of the
+	// task scans the stream.
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject.TaskHistory(id)},
+		DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}
+	seen := false
+	switch t, rev, err := c.store.Get(ctx, id); {
+	case err == nil && t.State.Terminal():
+		return &t, c.decodeTask(ctx, &t)
+	case err == nil:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, rev+1
+		seen = true
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, fmt.Errorf("watch task %s: %w", id, err)
+	}
+	cons, done, err := scan.Open(ctx, c.js, subject.StreamTasks, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("watch task %s: %w", id, err)
 	}
 	defer done()
-	seen := false
 	for {
 		wait := time.Second
 		if dl, ok := ctx.Deadline(); ok {
