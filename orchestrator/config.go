@@ -23,7 +23,7 @@ const (
 	// more writes wait, the larger (and fewer) the batches.
 	DefaultGroupCommitWorkers = 256
 	DefaultBatch              = 256
-	DefaultAckWait            = time.Minute
+	DefaultAckWait            = 6 * time.Second
 
 	DefaultDispatchCacheBytes   = 64 << 20
 	DefaultMaxDeliveries        = 50
@@ -88,7 +88,10 @@ type Config struct {
 	// Batch is the pull batch size. Default 256.
 	Batch int
 	// AckWait is how long a message may be in hand before it is redelivered
-	// to another orchestrator. Default 1m.
+	// to another orchestrator: what a kill -9 of an orchestrator delays the
+	// messages it held by. A handler that runs longer extends its message's
+	// lease every third of it, and an orchestrator buffers no more messages
+	// ahead of its handlers than it has workers. Default 6s.
 	AckWait time.Duration
 	// DependencyTimeout is how long a task waits for an upstream that does
 	// not exist (its submission may still be in flight) before it is

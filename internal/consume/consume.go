@@ -34,7 +34,9 @@ type Loop struct {
 	Consumer jetstream.Consumer
 	// Workers bounds concurrent handlers. Default 64.
 	Workers int
-	// Batch is how many messages are requested per pull. Default 256.
+	// Batch is how many messages are requested per pull, and buffered
+	// ahead of the handlers at most: each waits there with its ack wait
+	// running. Default 256 (bounded by Workers: see Run).
 	Batch int
 	// MaxBytes, when set, bounds the bytes of messages buffered ahead of
 	// the handlers instead of Batch, so large messages (256 KiB payloads)
@@ -78,9 +80,13 @@ func (l *Loop) Run(ctx context.Context) error {
 	if batch <= 0 {
 		batch = 256
 	}
+	// No more buffered ahead of the handlers than they take in a moment:
+	// a message waiting there uses up its ack wait, and the ack wait is
+	// what a crash of this process delays the messages it held by.
+	batch = min(batch, max(workers, 16))
 	var limit jetstream.PullMessagesOpt = jetstream.PullMaxMessages(batch)
 	if l.MaxBytes > 0 {
-		limit = jetstream.PullMaxBytes(l.MaxBytes)
+		limit = jetstream.PullMaxMessagesWithBytesLimit(batch, l.MaxBytes)
 	}
 	iter, err := l.Consumer.Messages(limit, jetstream.PullExpiry(10*time.Second),
 		jetstream.WithMessagesErrOnMissingHeartbeat(true))

@@ -180,32 +180,62 @@ func (c *Committer) Close() {
 }
 
 // run takes queued writes as groups, at most InFlight groups at once: a
-// group is what queued while the previous ones were in flight.
+// group is what queued while the previous ones were in flight. A group
+// holds at most one compare-and-set on the same subjects (casKey): the
+// server checks each write of an atomic batch against the stream before
+// the batch, and where the check names a wildcard (every subject of one
+// task's history) it does not see that the batch wrote there already, so
+// two writes expecting one revision would both be stored. A second one
+// waits for the next group, where it is checked against the first.
 func (c *Committer) run() {
 	defer c.wg.Done()
 	slots := make(chan struct{}, c.opts.InFlight)
 	var groups sync.WaitGroup
 	defer groups.Wait()
+	var held []*write // writes that start the next group
 	for {
 		var first *write
-		select {
-		case first = <-c.in:
-		case <-c.stop:
-			c.failQueued()
-			return
+		if len(held) > 0 {
+			first, held = held[0], held[1:]
+		} else {
+			select {
+			case first = <-c.in:
+			case <-c.stop:
+				c.failQueued()
+				return
+			}
 		}
 		select {
 		case slots <- struct{}{}:
 		case <-c.stop:
 			first.fail(ErrClosed)
+			for _, w := range held {
+				w.fail(ErrClosed)
+			}
 			c.failQueued()
 			return
 		}
 		group := []*write{first}
+		keys := map[string]bool{casKey(first.msg): true}
+		var next []*write
+		for _, w := range held {
+			if k := casKey(w.msg); k != "" && keys[k] || len(group) >= c.opts.MaxBatch {
+				next = append(next, w)
+			} else {
+				keys[k] = true
+				group = append(group, w)
+			}
+		}
+		held = next
 	drain:
 		for len(group) < c.opts.MaxBatch {
 			select {
 			case w := <-c.in:
+				if k := casKey(w.msg); k != "" && keys[k] {
+					held = append(held, w)
+					continue
+				}
+				keys[casKey(w.msg)] = true
 				group = append(group, w)
 			default:
 				break drain
@@ -218,6 +248,19 @@ func (c *Committer) run() {
 			c.commit(group)
 		}()
 	}
+}
+
+// casKey names the subjects a write's compare-and-set checks ("" for a
+// write without one): its Nats-Expected-Last-Subject-Sequence-Subject, or
+// its own subject.
+func casKey(m *nats.Msg) string {
+	if m.Header.Get(jetstream.ExpectedLastSubjSeqHeader) == "" {
+		return ""
+	}
+	if s := m.Header.Get("Nats-Expected-Last-Subject-Sequence-Subject"); s != "" {
+		return s
+	}
+	return m.Subject
 }
 
 func (c *Committer) failQueued() {

@@ -281,3 +281,58 @@ func TestPublishBatches(t *testing.T) {
 		t.Fatalf("stream holds %d messages, want %d", info.State.Msgs, want)
 	}
 }
+
+// TestOneCompareAndSetPerSubjectsInABatch: two writes expecting the same
+// revision of the same subjects — here a wildcard over one task's
+// subjects, written on two of them — never both land. The server checks
+// each write of an atomic batch against the stream before the batch, and
+// does not see that the batch wrote under a wildcard already: batched
+// together, both were stored (a task's outcome applied twice). The second
+// goes in a later group and fails its compare-and-set.
+func TestOneCompareAndSetPerSubjectsInABatch(t *testing.T) {
+	js, st := stream(t)
+	c := New(js, Options{MinBatch: 2})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ack, err := js.Publish(ctx, "s.t.d", []byte("dispatch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := func(body string) *nats.Msg {
+		m := casMsg("s.t.e", body, ack.Sequence)
+		m.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", "s.t.>")
+		return m
+	}
+	for round := range 20 {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		// Others around them, so the two queue up in one burst.
+		for i := range 30 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = c.Publish(ctx, casMsg(fmt.Sprintf("s.o%d-%d", round, i), "o", 0))
+			}()
+		}
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = c.Publish(ctx, twice(fmt.Sprint("outcome-", i)))
+			}()
+		}
+		wg.Wait()
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("round %d: two writes expecting revision %d of s.t.>: %v, %v; want exactly one stored", round, ack.Sequence, errs[0], errs[1])
+		}
+		// Back to the dispatch as the last message of s.t.> for the next round.
+		m, err := st.GetLastMsgForSubject(ctx, "s.t.e")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteMsg(ctx, m.Sequence); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
