@@ -45,8 +45,10 @@ type Executor struct {
 	// reporting holds a slot per attempt whose handler returned and whose
 	// outcome is being reported and acknowledged (see execute).
 	reporting chan struct{}
-	// direct sends reports to the orchestrators before storing them.
-	direct *direct.Sender
+	// reports hands reports to the orchestrators in batch direct requests
+	// (those that finish while one is in flight go together) before
+	// storing them.
+	reports *direct.Batcher
 	// registry announces the executor in the workers registry (registry.go).
 	registry *registry
 
@@ -112,10 +114,10 @@ func New(nc *nats.Conn, cfg Config) (*Executor, error) {
 		handlers:  make(map[string]Handler),
 		load:      newLoad(cfg.Capacity),
 		reporting: make(chan struct{}, reportSlots(cfg.Capacity)),
-		direct: direct.New(nc, func(subj string, err error) {
+		reports: direct.NewBatcher(direct.New(nc, func(subj string, err error) {
 			log.Warn("a direct report got no answer in time (an orchestrator lost or slow, or "+subj+" not allowed to this executor); storing reports meanwhile",
 				"error", err, "pause", direct.Pause)
-		}),
+		})),
 	}
 	e.registry = newRegistry(e)
 	return e, nil
@@ -303,6 +305,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	e.stopRevocations(s)
 	s.hardStopFn()
+	e.reports.Close() // the batches of reports in flight (none once the runs ended)
 	rctx, cancelR := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout(ctx))
 	e.registry.stop(rctx) // no longer announced (registry.go)
 	cancelR()

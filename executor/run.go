@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/store"
@@ -443,11 +442,10 @@ func (e *Executor) report(hardStop context.Context, r task.Report) error {
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}
-	ok, why := e.direct.Send(hardStop, &nats.Msg{Subject: subject.Completed(r.Type), Data: data})
-	if ok {
+	if e.reports.Send(hardStop, subject.Completed(r.Type), data) {
 		return nil
 	}
-	e.log.Debug("direct report not applied; storing it", "task_id", r.ID, "reason", why)
+	e.log.Debug("direct report not applied; storing it", "task_id", r.ID)
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second

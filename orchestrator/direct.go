@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -68,6 +69,10 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 	}
 	rctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), due)
 	defer cancel()
+	if stored, ok := subject.StoredFromDirectBatch(m.Subject); ok {
+		o.answerDirectBatch(rctx, m, stored)
+		return
+	}
 	var err error
 	switch kind {
 	case "report":
@@ -84,6 +89,64 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 		return
 	}
 	o.replyDirect(m, kind, "applied", "")
+}
+
+// directBatchWorkers bounds the messages of one batch direct request
+// applied at once.
+const directBatchWorkers = 32
+
+// answerDirectBatch applies the messages of a batch direct request, each
+// as if it had been stored on stored (the submissions or the reports of
+// one type: the subject carries the type the sender may publish), and
+// replies with each one's answer.
+func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, stored string) {
+	kind := directKind(subject.Direct(stored))
+	var b task.DirectBatch
+	var rep task.DirectBatchReply
+	switch err := json.Unmarshal(m.Data, &b); {
+	case err != nil:
+		rep.Error = "malformed batch: " + err.Error()
+	case kind != "submission" && kind != "report":
+		rep.Error = fmt.Sprintf("%s: a batch holds submissions or reports of one type", m.Subject)
+	case len(b.Messages) > directBatchMax:
+		rep.Error = fmt.Sprintf("a batch holds at most %d messages, not %d", directBatchMax, len(b.Messages))
+	}
+	if rep.Error != "" {
+		o.metrics.DirectAnswered(kind, "failed")
+		o.respondJSON(m, rep)
+		return
+	}
+	rep.Results = make([]task.DirectReply, len(b.Messages))
+	var g errgroup.Group
+	g.SetLimit(directBatchWorkers)
+	for i, body := range b.Messages {
+		g.Go(func() error {
+			var err error
+			if kind == "report" {
+				err = o.acceptReport(ctx, subject.TypeFromCompleted(stored), stored, body)
+			} else {
+				err = o.tracedSubmit(ctx, directMsg{&nats.Msg{Subject: stored, Data: body, Header: m.Header}, stored})
+			}
+			outcome := "applied"
+			if err != nil {
+				rep.Results[i].Error, outcome = err.Error(), "failed"
+			}
+			o.metrics.DirectAnswered(kind, outcome)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	o.respondJSON(m, rep)
+}
+
+// directBatchMax bounds the messages of a batch direct request.
+const directBatchMax = 1000
+
+func (o *Orchestrator) respondJSON(m *nats.Msg, v any) {
+	data, _ := json.Marshal(v)
+	if err := m.Respond(data); err != nil {
+		o.log.Debug("direct reply not sent", slog.Any("error", err))
+	}
 }
 
 // directKind is what a direct request stands for: a "report", a "graph",

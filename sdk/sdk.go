@@ -9,12 +9,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/internal/direct"
@@ -62,6 +62,8 @@ type Client struct {
 	ownsConn bool
 	// direct hands submissions to the orchestrators before storing them.
 	direct *direct.Sender
+	// batches groups concurrent Submits into batch direct requests.
+	batches *direct.Batcher
 	// MaxPayload is checked client-side before submitting. Default 256 KiB.
 	// With a Codec it bounds the encoded payload, as the orchestrator does.
 	MaxPayload int
@@ -114,11 +116,13 @@ func New(ctx context.Context, nc *nats.Conn) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js, store: st, objects: object.New(js), direct: direct.New(nc, nil)}, nil
+	d := direct.New(nc, nil)
+	return &Client{nc: nc, js: js, store: st, objects: object.New(js), direct: d, batches: direct.NewBatcher(d)}, nil
 }
 
 // Close closes the connection if the client opened it.
 func (c *Client) Close() {
+	c.batches.Close()
 	if c.ownsConn {
 		c.nc.Close()
 	}
@@ -165,7 +169,14 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 // else publishes it on subj and waits for JetStream to store it; a body
 // JetStream de-duplicated is handled by resubmitIfRejected.
 func (c *Client) publishSpec(ctx context.Context, subj, id string, data []byte) error {
-	if ok, _ := c.direct.Send(ctx, submission(ctx, subj, data)); ok {
+	msg := submission(ctx, subj, data)
+	if taskType, ok := subject.TypeFromSubmit(subj); ok && len(msg.Header) == 0 {
+		// With other submissions of its type sent at the same moment, in
+		// one request (a trace context needs a request of its own).
+		if c.batches.Send(ctx, subject.Submit(taskType), data) {
+			return nil
+		}
+	} else if ok, _ := c.direct.Send(ctx, msg); ok {
 		return nil
 	}
 	ack, err := c.js.PublishMsg(ctx, submission(ctx, subj, data), jetstream.WithMsgID(msgID(id, data)))
@@ -589,16 +600,16 @@ func (c *Client) Rejections(ctx context.Context, limit int) ([]task.Rejection, e
 	}
 }
 
-// directManyMax is the largest SubmitMany handed to the orchestrators
-// directly, each spec its own request, all in flight at once; a larger one
-// is a burst, which goes to the submission queues.
-const directManyMax = 32
+// directBatchesInFlight bounds the batch direct requests one SubmitMany
+// has in flight.
+const directBatchesInFlight = 4
 
 // SubmitMany submits specs and returns their ids once each task exists or
-// its submission is stored. Up to 32 specs go to the orchestrators
-// directly, as Submit's do, all at once; more (and any not taken directly)
-// are published pipelined (far faster than one Submit at a time) and
-// stored. With group commit on (orchestrator.TopologyOptions.GroupCommit,
+// its submission is stored. They go to the orchestrators directly in batch
+// requests of up to 256 specs of one type (a few in flight), so an
+// orchestrator creates them before it answers and no submission is
+// stored; those not taken so (no orchestrator answers, or one too busy)
+// are published pipelined and stored. With group commit on (orchestrator.TopologyOptions.GroupCommit,
 // as the Client found AX_TASKS when it was made) they are stored as atomic
 // batches of up to 256 submissions, each stored with one fsync by a server
 // that syncs every write; a batch the server refuses (one of its
@@ -617,7 +628,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		ids[i], bodies[i] = specs[i].ID, data
 	}
 	subj := func(i int) string { return subject.SubmitLane(specs[i].PriorityLevel(), specs[i].Type) }
-	left := c.submitDirect(ctx, len(specs), subj, bodies)
+	left := c.submitDirect(ctx, specs, subj, bodies)
 	left = c.submitBatches(ctx, left, subj, ids, bodies)
 	futures := make([]jetstream.PubAckFuture, len(left))
 	for k, i := range left {
@@ -672,26 +683,50 @@ func (c *Client) submitBatches(ctx context.Context, left []int, subj func(int) s
 	return rest
 }
 
-// submitDirect hands up to directManyMax submissions to the orchestrators
-// directly, concurrently, and returns the indexes of those not applied
-// (all of them for a larger batch), in order.
-func (c *Client) submitDirect(ctx context.Context, n int, subj func(int) string, bodies [][]byte) []int {
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
+// submitDirect hands the submissions to the orchestrators in batch direct
+// requests, one type each (the subject names the type its publisher may
+// submit), and returns the indexes of those not applied, in order. A
+// submission carrying a trace context is sent on its own.
+func (c *Client) submitDirect(ctx context.Context, specs []task.Spec, subj func(int) string, bodies [][]byte) []int {
+	applied := make([]bool, len(specs))
+	var g errgroup.Group
+	g.SetLimit(directBatchesInFlight)
+	byType := map[string][]int{}
+	var order []string
+	for i := range specs {
+		if len(submission(ctx, subj(i), bodies[i]).Header) > 0 {
+			g.Go(func() error {
+				applied[i], _ = c.direct.Send(ctx, submission(ctx, subj(i), bodies[i]))
+				return nil
+			})
+			continue
+		}
+		t := specs[i].Type
+		if byType[t] == nil {
+			order = append(order, t)
+		}
+		byType[t] = append(byType[t], i)
 	}
-	if n > directManyMax {
-		return all
+	for _, t := range order {
+		idx := byType[t]
+		for start := 0; start < len(idx); start += direct.MaxBatch {
+			chunk := idx[start:min(start+direct.MaxBatch, len(idx))]
+			g.Go(func() error {
+				b := make([][]byte, len(chunk))
+				for k, i := range chunk {
+					b[k] = bodies[i]
+				}
+				for k, ok := range c.direct.SendBatch(ctx, subject.Submit(t), nil, b) {
+					applied[chunk[k]] = ok
+				}
+				return nil
+			})
+		}
 	}
-	applied := make([]bool, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { applied[i], _ = c.direct.Send(ctx, submission(ctx, subj(i), bodies[i])) })
-	}
-	wg.Wait()
-	left := all[:0]
-	for i := range n {
-		if !applied[i] {
+	_ = g.Wait()
+	var left []int
+	for i, ok := range applied {
+		if !ok {
 			left = append(left, i)
 		}
 	}

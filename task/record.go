@@ -472,6 +472,24 @@ type DirectReply struct {
 	Error string `json:"error,omitempty"`
 }
 
+// DirectBatch is the body of a batch direct request
+// (subject.DirectBatch): the bodies of the messages, each what would be
+// stored on the request's subject.
+type DirectBatch struct {
+	// Messages are the bodies, in order.
+	Messages []json.RawMessage `json:"messages"`
+}
+
+// DirectBatchReply answers a DirectBatch: Error when none of it was
+// applied, else one result per message, in order (an empty Error: that
+// one was applied).
+type DirectBatchReply struct {
+	// Error says why the batch was not applied at all.
+	Error string `json:"error,omitempty"`
+	// Results are the messages' answers.
+	Results []DirectReply `json:"results,omitempty"`
+}
+
 // ClaimReply is the orchestrator's answer to a ClaimRequest.
 type ClaimReply struct {
 	// Status is the answer.

@@ -81,3 +81,50 @@ func (s *Sender) Send(parent context.Context, msg *nats.Msg) (bool, string) {
 	}
 	return r.Error == "", r.Error
 }
+
+// MaxBatch bounds the messages of one batch direct request
+// (subject.DirectBatch).
+const MaxBatch = 256
+
+// SendBatch sends bodies, each what would be stored on subj (with the
+// headers h), as one batch direct request, and reports which of them an
+// orchestrator applied; the caller stores the others. Like Send, it sends
+// nothing while direct requests are paused.
+func (s *Sender) SendBatch(parent context.Context, subj string, h nats.Header, bodies [][]byte) []bool {
+	applied := make([]bool, len(bodies))
+	now := time.Now().UnixNano()
+	if now < s.paused.Load() || len(bodies) == 0 {
+		return applied
+	}
+	msgs := make([]json.RawMessage, len(bodies))
+	for i, b := range bodies {
+		msgs[i] = b
+	}
+	data, err := json.Marshal(task.DirectBatch{Messages: msgs})
+	if err != nil {
+		return applied
+	}
+	timeout := Timeout
+	if dl, ok := parent.Deadline(); ok {
+		timeout = min(timeout, time.Until(dl)/2)
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	req := &nats.Msg{Subject: subject.DirectBatch(subj), Data: data, Header: h}
+	rep, err := s.nc.RequestMsgWithContext(ctx, req)
+	if err != nil {
+		if !errors.Is(err, nats.ErrNoResponders) && parent.Err() == nil && timeout == Timeout &&
+			s.paused.Swap(time.Now().Add(Pause).UnixNano()) < now && s.onPause != nil {
+			s.onPause(req.Subject, err)
+		}
+		return applied
+	}
+	var r task.DirectBatchReply
+	if json.Unmarshal(rep.Data, &r) != nil || r.Error != "" || len(r.Results) != len(bodies) {
+		return applied
+	}
+	for i, res := range r.Results {
+		applied[i] = res.Error == ""
+	}
+	return applied
+}

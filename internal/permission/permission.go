@@ -382,12 +382,13 @@ func submitSubjects(types []string) []string {
 }
 
 // withDirect returns subjects and, for each, its direct request
-// (subject.Direct): the right to store a message and to hand it to the
-// orchestrators directly go together.
+// (subject.Direct) and its batch direct request (subject.DirectBatch): the
+// right to store a message and to hand it to the orchestrators directly go
+// together.
 func withDirect(subjects ...string) []string {
-	out := make([]string, 0, 2*len(subjects))
+	out := make([]string, 0, 3*len(subjects))
 	for _, s := range subjects {
-		out = append(out, s, subject.Direct(s))
+		out = append(out, s, subject.Direct(s), subject.DirectBatch(s))
 	}
 	return out
 }

@@ -336,6 +336,22 @@ func Direct(subj string) string { return directPrefix + subj }
 // StoredFromDirect is the subject a direct request stands for (Direct).
 func StoredFromDirect(subj string) string { return strings.TrimPrefix(subj, directPrefix) }
 
+// DirectBatch is the subject of a direct request carrying several
+// messages that would each be stored on subj (task.DirectBatch): the
+// submissions of one type (subj task.submit.<type>), or the reports of one
+// type (task.completed.<type>). The orchestrator that takes it applies
+// each and answers for each; those not applied the sender stores. The
+// rights to publish subj and DirectBatch(subj) go together.
+func DirectBatch(subj string) string { return directPrefix + directBatchInfix + subj }
+
+// StoredFromDirectBatch is the subject each message of a batch direct
+// request stands for, and whether subj is one (DirectBatch).
+func StoredFromDirectBatch(subj string) (string, bool) {
+	return strings.CutPrefix(subj, directPrefix+directBatchInfix)
+}
+
+const directBatchInfix = "batch."
+
 // IsCompleted reports whether subj is a report's (Completed).
 func IsCompleted(subj string) bool { return strings.HasPrefix(subj, completedPrefix) }
 
