@@ -3,6 +3,7 @@ package direct_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -81,5 +82,86 @@ func TestSend(t *testing.T) {
 	}
 	if pauses.Load() != 1 {
 		t.Fatalf("%d pauses; want 1", pauses.Load())
+	}
+}
+
+// TestBatcherGroupsWhatArrivesWhileInFlight: a message with no batch in
+// flight goes at once, alone; those sent while it is in flight go
+// together in the next request; each gets its own answer.
+func TestBatcherGroupsWhatArrivesWhileInFlight(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	release := make(chan struct{})
+	var sizes []int
+	var mu sync.Mutex
+	sub, err := nc.Subscribe(subject.DirectBatch("task.submit.x"), func(m *nats.Msg) {
+		var b task.DirectBatch
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		first := len(sizes) == 0
+		sizes = append(sizes, len(b.Messages))
+		mu.Unlock()
+		if first {
+			<-release // the first batch stays in flight while others arrive
+		}
+		rep := task.DirectBatchReply{Results: make([]task.DirectReply, len(b.Messages))}
+		for i, msg := range b.Messages {
+			if string(msg) == `"refuse"` {
+				rep.Results[i].Error = "refused"
+			}
+		}
+		data, _ := json.Marshal(rep)
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	b := direct.NewBatcher(direct.New(nc, nil))
+	defer b.Close()
+	ctx := testenv.Context(t, time.Minute)
+	firstDone := make(chan bool, 1)
+	go func() { firstDone <- b.Send(ctx, "task.submit.x", []byte(`"first"`)) }()
+	testenv.Eventually(t, 10*time.Second, "the first batch in flight", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(sizes) == 1
+	})
+	var wg sync.WaitGroup
+	results := make([]bool, 10)
+	for i := range results {
+		body := `"ok"`
+		if i == 3 {
+			body = `"refuse"`
+		}
+		wg.Go(func() { results[i] = b.Send(ctx, "task.submit.x", []byte(body)) })
+	}
+	time.Sleep(200 * time.Millisecond) // let them queue behind the first
+	close(release)
+	wg.Wait()
+	if !<-firstDone {
+		t.Fatal("the first message was not applied")
+	}
+	for i, ok := range results {
+		if ok == (i == 3) {
+			t.Fatalf("message %d applied %v", i, ok)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The first alone; the ten behind it together (a loaded machine may
+	// have sent a few before the others queued: fewer requests than
+	// messages all the same).
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	if sizes[0] != 1 || total != 11 || len(sizes) > 4 {
+		t.Fatalf("batches %v, want [1 10]: the first alone, the ten that queued behind it together", sizes)
 	}
 }

@@ -192,6 +192,10 @@ func TestMatrix(t *testing.T) {
 		// (a stream read cannot be scoped by type).
 		pub("producer-email", subject.SubmitLane(0, "email.send"), true),
 		pub("producer-email", subject.Direct(subject.SubmitLane(0, "email.send")), true),
+		pub("producer-email", subject.DirectBatch(subject.Submit("email.send")), true),
+		pub("producer-email", subject.DirectBatch(subject.Submit("pdf.render")), false),
+		pub("executor-email", subject.DirectBatch(subject.Completed("email.send")), true),
+		pub("executor-email", subject.DirectBatch(subject.Completed("pdf.render")), false),
 		pub("producer-email", subject.SubmitLane(0, "pdf.render"), false),
 		pub("producer-email", subject.GraphSubmit, false),
 		pub("producer-email", subject.State("x", "email.send"), true),
