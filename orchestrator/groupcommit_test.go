@@ -39,18 +39,30 @@ func (c *commitCounts) get() map[string]int {
 	return out
 }
 
-// With group commit on, a large SubmitMany is stored as atomic batches and
-// the orchestrator's record writes go through its committer: every task
-// runs once and succeeds. Submitting the same specs again (a producer
-// retrying after a lost answer) makes the batches refused as duplicates;
-// the submissions are then published one by one, found duplicate, and no
-// task is created twice.
+// With group commit on, a large SubmitMany that no orchestrator takes
+// directly (none runs) is stored as atomic batches, and the orchestrator's
+// record writes go through its committer: every task runs once and
+// succeeds. Submitting the same specs again (a producer retrying after a
+// lost answer) creates no task twice.
 func TestGroupCommit(t *testing.T) {
 	t.Parallel()
 	on := true
 	counts := &commitCounts{how: map[string]int{}}
 	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: counts, Topology: orchestrator.TopologyOptions{GroupCommit: &on}})
+	// Group commit turned on for the deployment (an orchestrator records
+	// it at start); the client reads it when it is made.
+	setup, err := orchestrator.New(testenv.Conn(t, srv.URL()), orchestrator.Config{Logger: testenv.SlogLogger(t), Topology: orchestrator.TopologyOptions{GroupCommit: &on}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := setup.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
 	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -77,6 +89,7 @@ func TestGroupCommit(t *testing.T) {
 	if _, err := c.SubmitMany(ctx, specs); err != nil {
 		t.Fatal(err)
 	}
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Metrics: counts})
 	for i := range n {
 		if got, err := c.Wait(ctx, specs[i].ID); err != nil || got.State != task.Succeeded {
 			t.Fatalf("%s: %+v %v", specs[i].ID, got, err)
