@@ -43,6 +43,9 @@ type Loop struct {
 	// do not make the buffer's memory follow the backlog. It must exceed
 	// the largest message.
 	MaxBytes int
+	// Expiry is how long one pull request waits on the server (the
+	// server's heartbeats come every half of it). Default 10s.
+	Expiry time.Duration
 	// Handle is called for every message.
 	Handle Handler
 	// AckWait is the consumer's ack wait; a handler still running after a
@@ -84,60 +87,102 @@ func (l *Loop) Run(ctx context.Context) error {
 	// a message waiting there uses up its ack wait, and the ack wait is
 	// what a crash of this process delays the messages it held by.
 	batch = min(batch, max(workers, 16))
-	var limit jetstream.PullMessagesOpt = jetstream.PullMaxMessages(batch)
+	var limit jetstream.PullConsumeOpt = jetstream.PullMaxMessages(batch)
 	if l.MaxBytes > 0 {
 		limit = jetstream.PullMaxMessagesWithBytesLimit(batch, l.MaxBytes)
 	}
-	iter, err := l.Consumer.Messages(limit, jetstream.PullExpiry(10*time.Second),
-		jetstream.WithMessagesErrOnMissingHeartbeat(true))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", l.Name, err)
+	expiry := l.Expiry
+	if expiry <= 0 {
+		expiry = 10 * time.Second
 	}
-	stopped := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stopped:
-		}
-		iter.Stop()
-	}()
-	defer close(stopped)
-
+	// A callback subscription, not the Messages iterator: the iterator
+	// buffers what it pulled in a channel of exactly the batch's size, so
+	// while the workers were busy a heartbeat, a notice or a fresh pull
+	// after a reconnect overflowed it and the server's messages were
+	// dropped as a slow consumer's (each then waited out its ack wait, and
+	// the pull accounting stalled the loop). The callback hands each
+	// message to Run, which takes it when a worker is free; until then the
+	// client's heartbeat check is off, and the subscription's own buffer
+	// (hundreds of thousands of messages) holds the few pulled ahead.
 	// Handlers get a context that outlives ctx so in-hand messages finish.
 	hctx := context.WithoutCancel(ctx)
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer wg.Wait() // last: once pulls stopped
+	in := make(chan jetstream.Msg)
+	errs := make(chan error, 16)
+	quit := make(chan struct{})
+	cc, err := l.Consumer.Consume(func(msg jetstream.Msg) {
+		select {
+		case in <- msg:
+		case <-quit: // Run returned: the message is redelivered
+		}
+	}, limit, jetstream.PullExpiry(expiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		select {
+		case errs <- err:
+		default: // Run has errors to read already
+		}
+	}))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", l.Name, err)
+	}
+	defer close(quit)
+	defer cc.Stop() // first: no more pulls
 	for {
-		msg, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		for msg := (jetstream.Msg)(nil); msg == nil; {
+			select {
+			case msg = <-in:
+			case err := <-errs:
+				if err := l.failed(ctx, err); err != nil {
+					<-sem
+					return err
+				}
+				continue
+			case <-cc.Closed():
+				<-sem
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%w: %s: its subscription closed", ErrEnded, l.Name)
+			case <-ctx.Done():
+				<-sem
 				return nil
 			}
-			switch {
-			case errors.Is(err, jetstream.ErrMsgIteratorClosed), errors.Is(err, jetstream.ErrConsumerDeleted),
-				errors.Is(err, jetstream.ErrBadRequest):
-				return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, err)
-			case errors.Is(err, jetstream.ErrNoHeartbeat):
-				// No heartbeat from the server: the consumer may be gone
-				// (deleted, or lost with a stream) or NATS unreachable.
-				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				_, ierr := l.Consumer.Info(ictx)
-				cancel()
-				if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrConsumerDoesNotExist) {
-					return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, ierr)
-				}
-			}
-			l.Log.Warn("pull failed; retrying", slog.Any("error", err), slog.String("consumer", l.Name))
-			continue
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				l.handle(hctx, msg)
+			}()
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			l.handle(hctx, msg)
-		}()
 	}
+}
+
+// failed handles an error the consumer reported: nil to go on (its pulls
+// go on by themselves), or the error that ends the loop.
+func (l *Loop) failed(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return nil
+	case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest),
+		errors.Is(err, jetstream.ErrConnectionClosed):
+		return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, err)
+	case errors.Is(err, jetstream.ErrNoHeartbeat):
+		// No heartbeat from the server: the consumer may be gone
+		// (deleted, or lost with a stream) or NATS unreachable.
+		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, ierr := l.Consumer.Info(ictx)
+		cancel()
+		if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrConsumerDoesNotExist) {
+			return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, ierr)
+		}
+	}
+	l.Log.Warn("pull failed; retrying", slog.Any("error", err), slog.String("consumer", l.Name))
+	return nil
 }
 
 func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {

@@ -3,15 +3,19 @@ package consume_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/tcpproxy"
 	"github.com/ax-run/ax/internal/testenv"
 )
 
@@ -149,5 +153,67 @@ func TestPoisonAfterDeliveryLimit(t *testing.T) {
 	}
 	if n := calls.Load(); n != 3 {
 		t.Fatalf("handler called %d times, want 3", n)
+	}
+}
+
+// TestBusyHandlersDropNothing: while every worker is busy the messages
+// pulled ahead wait for them, and the server's heartbeats and notices keep
+// arriving meanwhile — and a reconnect (the connection cut for a moment)
+// makes the loop pull afresh while they wait. Nothing may be dropped as a
+// slow consumer's (a dropped message waits out its ack wait: a minute
+// here): every message is handled at its first delivery, and the
+// connection reports no slow consumer.
+func TestBusyHandlersDropNothing(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	proxy, err := tcpproxy.New("127.0.0.1:0", strings.TrimPrefix(srv.URL(), "nats://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	var slow atomic.Int32
+	nc, err := nats.Connect("nats://"+proxy.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				slow.Add(1)
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	ctx := testenv.Context(t, time.Minute)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.CreateConsumer(ctx, "T", jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	for i := range n {
+		if _, err := js.Publish(ctx, fmt.Sprint("t.", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var handled, redelivered atomic.Int32
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, Workers: 1, Expiry: time.Second, AckWait: time.Minute,
+		Handle: func(_ context.Context, msg jetstream.Msg) error {
+			if md, err := msg.Metadata(); err != nil || md.NumDelivered > 1 {
+				redelivered.Add(1)
+			}
+			time.Sleep(50 * time.Millisecond) // the run spans heartbeat intervals
+			handled.Add(1)
+			return nil
+		}})
+	defer stop()
+	testenv.Eventually(t, 30*time.Second, "a few handled", func() bool { return handled.Load() >= 10 })
+	proxy.Cut()
+	time.Sleep(200 * time.Millisecond)
+	proxy.Restore()
+	testenv.Eventually(t, 50*time.Second, "every message handled", func() bool { return handled.Load() >= n })
+	if s, r := slow.Load(), redelivered.Load(); s > 0 || r > 0 {
+		t.Fatalf("%d messages dropped as a slow consumer's, %d redelivered", s, r)
 	}
 }

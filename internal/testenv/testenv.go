@@ -6,6 +6,7 @@ package testenv
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -77,7 +78,20 @@ func BareNATS(t testing.TB) *natsserver.Server {
 // the test ends.
 func Conn(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	name := t.Name()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			// Attributed to its test (a shared log does not say which
+			// test's connection dropped messages), with the subscription.
+			if sub == nil {
+				fmt.Fprintf(os.Stderr, "%s: nats: %v\n", name, err)
+				return
+			}
+			msgs, bytes, _ := sub.Pending()
+			limMsgs, limBytes, _ := sub.PendingLimits()
+			fmt.Fprintf(os.Stderr, "%s: nats: %v on %q (type %v, pending %d msgs/%d bytes, limits %d/%d)\n",
+				name, err, sub.Subject, sub.Type(), msgs, bytes, limMsgs, limBytes)
+		}))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
