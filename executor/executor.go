@@ -40,6 +40,8 @@ type Executor struct {
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
+	// passed are the types of the dispatches passed on (pass.go).
+	passed passed
 
 	load *load
 	// reporting holds a slot per attempt whose handler returned and whose

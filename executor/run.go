@@ -50,6 +50,10 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
+	if e.handler(d.Type) == nil {
+		e.passOn(msg, d)
+		return
+	}
 	cost := d.EstimatedCost
 	if cost <= 0 {
 		cost = task.DefaultEstimatedCost

@@ -187,11 +187,14 @@ func statusCmd(g *globals) *cobra.Command {
 			// Where its handler runs now and its progress, from the
 			// workers registry: the record says running only once the
 			// attempt outlived a heartbeat.
-			live := runningNow(ctx, c, t)
+			live, unserved := runningNow(ctx, c, t)
 			if g.jsonOutput() {
 				out := map[string]any{"task": t, "history": h}
 				if live != nil {
 					out["running_now"] = live
+				}
+				if unserved != "" {
+					out["unserved"] = unserved
 				}
 				if shards != nil {
 					out["shards"] = shards
@@ -205,7 +208,7 @@ func statusCmd(g *globals) *cobra.Command {
 				return g.printJSON(out)
 			}
 			printTask(g, t)
-			printRunningNow(g, t, live)
+			printRunningNow(g, t, live, unserved)
 			if shards != nil {
 				printShards(g, shards)
 			}

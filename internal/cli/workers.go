@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ax-run/ax/internal/workers"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -122,31 +123,46 @@ type runningNowJSON struct {
 
 // runningNow finds the handler of t's current execution in the workers
 // registry; nil for a task that ended, one not running, or a registry
-// this user may not read.
-func runningNow(ctx context.Context, c *sdk.Client, t *task.Task) *runningNowJSON {
+// this user may not read. For a ready task that runs nowhere, unserved
+// says why no executor running now can take it ("" when one can).
+func runningNow(ctx context.Context, c *sdk.Client, t *task.Task) (live *runningNowJSON, unserved string) {
 	if t.State.Terminal() {
-		return nil
+		return nil, ""
 	}
-	w, x, err := c.RunningOn(ctx, t.ID)
-	if err != nil || x == nil || x.ExecutionID != t.ExecutionID {
-		return nil
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return nil, ""
 	}
-	return &runningNowJSON{Executor: w.ID, WorkerExecution: *x}
+	for i := range ws {
+		for _, x := range ws[i].Running {
+			if x.TaskID == t.ID && x.ExecutionID == t.ExecutionID {
+				return &runningNowJSON{Executor: ws[i].ID, WorkerExecution: x}, ""
+			}
+		}
+	}
+	if t.State == task.Ready {
+		unserved = workers.Unserved(ws, t.Capability, t.Type)
+	}
+	return nil, unserved
 }
 
-// printRunningNow adds where a task's handler runs now to ax status.
-func printRunningNow(g *globals, t *task.Task, r *runningNowJSON) {
+// printRunningNow adds where a task's handler runs now to ax status, or
+// why no executor can take it.
+func printRunningNow(g *globals, t *task.Task, r *runningNowJSON, unserved string) {
+	if unserved != "" {
+		fmt.Fprintf(g.stdout, "%-12s%s\n", "Waiting", unserved) // printTask's column
+	}
 	if r == nil {
 		return
 	}
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	defer w.Flush()
 	note := ""
 	if t.State == task.Ready {
 		note = " (its handler started; the record says ready until the attempt outlives a heartbeat)"
 	}
 	fmt.Fprintf(w, "Running on\texecutor %s since %s, %s%s\n", r.Executor, r.Since.Format(time.RFC3339Nano), ago(time.Now(), r.Since), note)
 	fmt.Fprintf(w, "Progress\t%s\n", progressText(r.Progress))
-	_ = w.Flush()
 }
 
 // printWorkersSummary is ax status's line on the executors.

@@ -91,7 +91,35 @@ func TestWorkersAndRunningStatus(t *testing.T) {
 	if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
 		t.Fatalf("%+v, %v", got, err)
 	}
-	if out := ax("status", id); strings.Contains(out, "Running on") {
+	if out := ax("status", id); strings.Contains(out, "Running on") || strings.Contains(out, "Waiting") {
 		t.Errorf("a finished task shows where it runs:\n%s", out)
+	}
+
+	// A ready task that no executor running now can take says why: cli-idle
+	// serves its capability but has no handler for its type (it passes its
+	// dispatch on); nobody serves capability cli-none.
+	for _, tc := range []struct{ capability, want string }{
+		{"cli-idle", `no executor handles type "cli.orphan" on capability "cli-idle": the 1 running there (cli-idle) have no handler for it`},
+		{"cli-none", `no executor serving capability "cli-none" is running`},
+	} {
+		id, err := c.Submit(ctx, task.Spec{Type: "cli.orphan", Capability: tc.capability})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 30*time.Second, "the orphan ready", func() bool {
+			got, err := c.Get(ctx, id)
+			return err == nil && got.State == task.Ready
+		})
+		if out := ax("status", id); !strings.Contains(out, "Waiting     "+tc.want) {
+			t.Errorf("ax status of a task no executor can take:\n%s\nwant %q", out, tc.want)
+		}
+		var st struct {
+			Unserved string `json:"unserved"`
+		}
+		raw := ax("status", id, "-o", "json")
+		checkJSONContract(t, "status", raw)
+		if err := json.Unmarshal([]byte(raw), &st); err != nil || !strings.Contains(st.Unserved, tc.want) {
+			t.Errorf("ax status -o json of a task no executor can take: %s (%v)", raw, err)
+		}
 	}
 }

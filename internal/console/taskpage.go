@@ -7,13 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ax-run/ax/internal/audit"
 	"github.com/ax-run/ax/internal/store"
+	"github.com/ax-run/ax/internal/workers"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -245,7 +245,7 @@ func (s *Server) dag(ctx context.Context, t *task.Task) DAG {
 
 // explain answers "why is it in this state": why it has not run, why it
 // ran several times, why it is still waiting.
-func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardProgress, live *LiveRun, served bool, now time.Time) []string {
+func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardProgress, live *LiveRun, unserved string, now time.Time) []string {
 	var out []string
 	since := func(p *time.Time) string {
 		if p == nil {
@@ -303,8 +303,8 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 		}
 		out = append(out, fmt.Sprintf("Queued%s on capability %q at priority p%d (attempt %d of %d), waiting for an executor with free capacity.",
 			since(t.ReadyAt), t.Capability, t.PriorityLevel(), t.Attempt, t.RetryLimit()+1))
-		if !served {
-			out = append(out, fmt.Sprintf("No executor serving capability %q is running (the workers registry lists none).", t.Capability))
+		if unserved != "" {
+			out = append(out, upperFirst(unserved)+".")
 		}
 		if t.Dispatches > 1 {
 			out = append(out, fmt.Sprintf("Dispatched %d times without being started.", t.Dispatches))
@@ -419,7 +419,11 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 	}
 	live := s.liveRun(ctx, t)
 	data["Live"] = live
-	data["Why"] = s.explain(t, g, att, shards, live, live != nil || t.State != task.Ready || s.serves(ctx, t.Capability), now)
+	unserved := ""
+	if live == nil && t.State == task.Ready {
+		unserved = s.unserved(ctx, t)
+	}
+	data["Why"] = s.explain(t, g, att, shards, live, unserved, now)
 	if len(t.DependsOn) > 0 {
 		data["Inputs"], data["InputsCut"] = s.inputs(ctx, t)
 	}
@@ -523,19 +527,27 @@ func (s *Server) liveRun(ctx context.Context, t *task.Task) *LiveRun {
 	return &LiveRun{Executor: w.ID, WorkerExecution: *x}
 }
 
-// serves reports whether an executor of capability runs now (the workers
-// registry; without one, whether one was seen in the task events lately).
-func (s *Server) serves(ctx context.Context, capability string) bool {
+// unserved says why no running executor can take t ("" when one can):
+// none serves its capability, or none of those has a handler for its type
+// (the workers registry; without one, whether an executor of the
+// capability was seen in the task events lately).
+func (s *Server) unserved(ctx context.Context, t *task.Task) string {
 	ws, err := s.c.Workers(ctx)
 	if err != nil {
-		return s.watch.serves(capability)
-	}
-	for _, w := range ws {
-		if slices.Contains(w.Capabilities, capability) {
-			return true
+		if s.watch.serves(t.Capability) {
+			return ""
 		}
+		return fmt.Sprintf("no executor serving capability %q was seen lately", t.Capability)
 	}
-	return false
+	return workers.Unserved(ws, t.Capability, t.Type)
+}
+
+// upperFirst makes a sentence of a clause.
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // taskPart renders a live fragment of a task page: "live", where its

@@ -83,6 +83,15 @@ func TestConsoleWorkersAndARunningTask(t *testing.T) {
 		_, body := b.get("/workers?part=live")
 		return strings.Contains(body, `id="norunning"`)
 	})
+	// A ready task that no executor running now can take says why on its
+	// page: idle-1 serves capability spare but has no handler for its
+	// type (it passes its dispatch on, spending no attempt).
+	orphan, err := c.Submit(ctx, task.Spec{Type: "console.orphan", Capability: "spare"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the orphan ready", func() bool { return f.state(orphan) == task.Ready })
+	b.mustGet("/task/"+orphan, "No executor handles type", "console.orphan", "the 1 running there (idle-1) have no handler for it")
 	code, body := b.get("/workers?part=secret")
 	if code != 400 || !strings.Contains(body, "no part") {
 		t.Fatalf("bad part: %d", code)

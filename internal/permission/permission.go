@@ -352,8 +352,11 @@ func executor(capabilities, types, objects []string) Permissions {
 		// another capability's objects (and AX_OBJECTS) it may not write,
 		// replace or roll up.
 		p.Publish.Allow = append(p.Publish.Allow, objPut(subject.ObjectBucket(c))...)
-		// The doorbell: a core subscription woken by new dispatches.
+		// The doorbell: a core subscription woken by new dispatches; an
+		// executor rings its own capability's when it passes on a task
+		// it has no handler for (a wake-up of its peers, nothing more).
 		p.Subscribe.Allow = append(p.Subscribe.Allow, subject.BellCapability(c))
+		p.Publish.Allow = append(p.Publish.Allow, subject.BellCapability(c))
 	}
 	for _, t := range types {
 		p.Publish.Allow = append(p.Publish.Allow, withDirect(subject.Completed(t))...)

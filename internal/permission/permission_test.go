@@ -137,7 +137,10 @@ func TestMatrix(t *testing.T) {
 		pub("executor-email", subject.TaskEvents("x"), false),
 		pub("executor-email", "$KV.AX_REVOKED.email.x", false),
 		pub("executor-email", subject.TaskDispatch("x", "email", 0, "email.send"), false),
-		pub("executor-email", subject.Bell("email", 0), false),
+		// Its own capability's doorbell it may ring (passing on a task
+		// it has no handler for), another's not.
+		pub("executor-email", subject.Bell("email", 0), true),
+		pub("executor-email", subject.Bell("pdf", 0), false),
 		pub("executor-email", subject.Submit("email.send"), false),
 		pub("executor-email", "$JS.API.STREAM.CREATE.EVIL", false),
 		pub("executor-email", "$JS.API.STREAM.DELETE.AX_TASKS", false),
