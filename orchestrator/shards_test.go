@@ -409,6 +409,7 @@ func TestWideFanInGraph(t *testing.T) {
 	var sinkRuns atomic.Int32
 	e.ex.HandleFunc("leaf", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	e.ex.HandleFunc("sink", func(context.Context, *executor.Job) (any, error) { sinkRuns.Add(1); return nil, nil })
+	e.ex.HandleFunc("fail", func(context.Context, *executor.Job) (any, error) { return nil, errors.New("upstream broke") })
 	testenv.Start(t, e.ex)
 	const width = 60
 	var specs []task.Spec
@@ -437,7 +438,7 @@ func TestWideFanInGraph(t *testing.T) {
 		leaves = append(leaves, id)
 		typ := "leaf"
 		if i == width/2 {
-			typ = "missing" // no handler: fails
+			typ = "fail"
 		}
 		s := newSpec(id, typ)
 		s.MaxRetries = new(0)
