@@ -119,14 +119,7 @@ func serveServerHealth(ctx context.Context, addr string, s *natsserver.Server, l
 	}
 	mux := http.NewServeMux()
 	checks.Mount(mux)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	go func() { _ = srv.Serve(ln) }()
+	health.Serve(ctx, ln, mux)
 	log.Info().Str("addr", ln.Addr().String()).Msg("serving /healthz and /readyz")
 	return nil
 }

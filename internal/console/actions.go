@@ -208,15 +208,10 @@ func (s *Server) resolveRedrive(ctx context.Context, f url.Values, p *plan, keep
 	var what string
 	switch {
 	case f.Get("group") != "":
-		ids, err := s.groupIDs(ctx, f.Get("group"))
-		if err != nil {
+		var err error
+		if p.IDs, what, err = s.groupPlan(ctx, f.Get("group"), "already re-driven?"); err != nil {
 			return err
 		}
-		if len(ids) == 0 {
-			return fmt.Errorf("the dead-letter group is empty now (already re-driven?).")
-		}
-		typ, pattern, _ := strings.Cut(f.Get("group"), "|")
-		p.IDs, what = ids, fmt.Sprintf("the %d dead letters of type %s failing with %q", len(ids), typ, pattern)
 		keep("group")
 	case f.Has("search"):
 		q, err := url.ParseQuery(f.Get("search"))

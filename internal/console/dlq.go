@@ -102,6 +102,21 @@ func dlqGroups(dls []task.DeadLetter) []DLQGroup {
 	return out
 }
 
+// groupPlan returns the ids of the dead letters in a group for an action
+// on them, and what they are in words; an error when it is empty now
+// (emptyWhy guesses why).
+func (s *Server) groupPlan(ctx context.Context, group, emptyWhy string) ([]string, string, error) {
+	ids, err := s.groupIDs(ctx, group)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(ids) == 0 {
+		return nil, "", fmt.Errorf("the dead-letter group is empty now (%s).", emptyWhy)
+	}
+	typ, pattern, _ := strings.Cut(group, "|")
+	return ids, fmt.Sprintf("the %d dead letters of type %s failing with %q", len(ids), typ, pattern), nil
+}
+
 // groupIDs returns the ids of the dead letters in a group, oldest first.
 func (s *Server) groupIDs(ctx context.Context, key string) ([]string, error) {
 	dls, err := s.c.DeadLetters(ctx)
@@ -178,15 +193,10 @@ func (s *Server) resolveDiscard(ctx context.Context, f url.Values, p *plan, keep
 	var what string
 	switch {
 	case f.Get("group") != "":
-		ids, err := s.groupIDs(ctx, f.Get("group"))
-		if err != nil {
+		var err error
+		if p.IDs, what, err = s.groupPlan(ctx, f.Get("group"), "already re-driven or discarded?"); err != nil {
 			return err
 		}
-		if len(ids) == 0 {
-			return fmt.Errorf("the dead-letter group is empty now (already re-driven or discarded?).")
-		}
-		typ, pattern, _ := strings.Cut(f.Get("group"), "|")
-		p.IDs, what = ids, fmt.Sprintf("the %d dead letters of type %s failing with %q", len(ids), typ, pattern)
 		keep("group")
 	default:
 		seen := map[string]bool{}

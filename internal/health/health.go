@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -168,4 +169,18 @@ func Probe(ctx context.Context, url string) error {
 		return fmt.Errorf("probe %s: %s\n%s", url, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// Serve serves h on ln until ctx ends, then shuts the server down (giving
+// requests in flight two seconds). It returns at once; the two goroutines
+// it starts end with ctx.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	go func() { _ = srv.Serve(ln) }()
 }

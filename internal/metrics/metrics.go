@@ -12,10 +12,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ax-run/ax/internal/health"
 )
 
 // Orchestrator metrics.
@@ -182,13 +183,6 @@ func Listen(ctx context.Context, addr string, reg *prometheus.Registry, mounts .
 	for _, m := range mounts {
 		m(mux)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	go func() { _ = srv.Serve(ln) }()
+	health.Serve(ctx, ln, mux)
 	return ln.Addr().String(), nil
 }
