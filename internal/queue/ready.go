@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -14,9 +15,12 @@ import (
 // Level is the backlog of one capability's priority level: the dispatches
 // its ready consumer on AX_TASKS has still to deliver (Pending) or has
 // delivered and not seen acknowledged (InHand), and how long the oldest
-// undelivered one has waited. A dispatch withdrawn by the orchestrator
-// (its task was cancelled or dispatched again while it waited) is no longer
-// stored, and counts nowhere.
+// undelivered one has waited. A dispatch that can no longer run — its task
+// was cancelled, expired or dispatched again while it waited, and an
+// executor would discard it — stays stored (it is the task's history
+// entry) until a consumer delivers it; those at the head of a level (up to
+// maxStaleRead of them: the ones a level nobody pulls keeps for ever) are
+// not counted, and Oldest is the oldest dispatch that can still run.
 type Level struct {
 	Capability string
 	Priority   int
@@ -43,10 +47,7 @@ func ReadyLevels(ctx context.Context, js jetstream.JetStream, now time.Time) ([]
 		}
 		lv := Level{Capability: capability, Priority: prio, Pending: ci.NumPending, InHand: uint64(max(ci.NumAckPending, 0))}
 		if lv.Pending > 0 {
-			msg, err := st.GetMsg(ctx, ci.Delivered.Stream+1, jetstream.WithGetMsgSubject(subject.DispatchFilter(capability, prio)))
-			if err == nil {
-				lv.Oldest = max(now.Sub(msg.Time), 0)
-			}
+			headOfLevel(ctx, st, &lv, ci.Delivered.Stream+1, now)
 		}
 		out = append(out, lv)
 	}
@@ -60,6 +61,44 @@ func ReadyLevels(ctx context.Context, js jetstream.JetStream, now time.Time) ([]
 		return out[i].Priority < out[j].Priority
 	})
 	return out, nil
+}
+
+// maxStaleRead bounds the dispatches read at the head of a level to find
+// the oldest that can still run (two reads each).
+const maxStaleRead = 32
+
+// headOfLevel reads the undelivered dispatches of lv from seq: the stale
+// ones at its head (see Level) leave Pending, the first live one sets
+// Oldest. A dispatch whose task's last event cannot be read counts as
+// live (a replica that is behind errs the same way: towards counting).
+func headOfLevel(ctx context.Context, st jetstream.Stream, lv *Level, seq uint64, now time.Time) {
+	filter := subject.DispatchFilter(lv.Capability, lv.Priority)
+	for i := 0; lv.Pending > 0; i++ {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if err != nil {
+			return
+		}
+		if i == maxStaleRead || !stale(ctx, st, msg) {
+			lv.Oldest = max(now.Sub(msg.Time), 0)
+			return
+		}
+		lv.Pending--
+		seq = msg.Sequence + 1
+	}
+}
+
+// stale reports whether a dispatch is no longer its task's current state
+// (a later event, or the task's history gone with its retention).
+func stale(ctx context.Context, st jetstream.Stream, dispatch *jetstream.RawStreamMsg) bool {
+	id, _, _, _, ok := subject.ParseDispatch(dispatch.Subject)
+	if !ok {
+		return false
+	}
+	last, err := st.GetLastMsgForSubject(ctx, subject.TaskHistory(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	return err == nil && last.Sequence != dispatch.Sequence
 }
 
 // ReadyDepth is how many dispatches wait in every ready level together:
