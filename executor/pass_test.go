@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -85,4 +88,47 @@ func TestExecutorsPassOnTypesTheyDoNotHandle(t *testing.T) {
 	if err != nil || got.State != task.Succeeded || got.Attempt != 1 || got.Executor != "video" {
 		t.Fatalf("orphan once its executor came: %+v %v", got, err)
 	}
+}
+
+// TestCancelledTaskIsNotPassedOn: the dispatch of a task nobody handles
+// goes round the capability's executors until the task is cancelled; then
+// the next executor it reaches drops it (its execution is revoked) instead
+// of passing it on for ever.
+func TestCancelledTaskIsNotPassedOn(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	mail := testenv.Executor(t, srv.URL(), executor.Config{ID: "mail", Capabilities: []string{"default"}})
+	mail.HandleFunc("email.send", func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	testenv.Start(t, mail)
+	c := testenv.Client(t, srv.URL())
+	js, err := jetstream.New(testenv.Conn(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, time.Minute)
+	cons, err := js.Consumer(ctx, subject.StreamTasks, subject.ReadyConsumer("default", 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := func() *jetstream.ConsumerInfo {
+		t.Helper()
+		ci, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci
+	}
+	id, err := c.Submit(ctx, spec(t, "gone", "video.encode", 5, "default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the dispatch passed on a few times", func() bool { return info().Delivered.Consumer >= 3 })
+	if _, err := c.Cancel(ctx, id, "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the dispatch dropped", func() bool {
+		ci := info()
+		return ci.NumPending == 0 && ci.NumAckPending == 0 && ci.NumRedelivered == 0
+	})
 }

@@ -51,6 +51,12 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 		return
 	}
 	if e.handler(d.Type) == nil {
+		if s.revocations.has(d.ExecutionID) {
+			// Cancelled or expired: nobody is to run it (passed on,
+			// it would go round for ever).
+			_ = msg.Ack()
+			return
+		}
 		e.passOn(msg, d)
 		return
 	}
