@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,13 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
 )
 
 // Level is the backlog of one capability's priority level: the dispatches
 // its ready consumer on AX_TASKS has still to deliver (Pending) or has
 // delivered and not seen acknowledged (InHand), and how long the oldest
 // undelivered one has waited. A dispatch that can no longer run — its task
-// was cancelled, expired or dispatched again while it waited, and an
+// ended or was dispatched again under a new execution while it waited, and an
 // executor would discard it — stays stored (it is the task's history
 // entry) until a consumer delivers it; those at the head of a level (up to
 // maxStaleRead of them: the ones a level nobody pulls keeps for ever) are
@@ -87,8 +89,10 @@ func headOfLevel(ctx context.Context, st jetstream.Stream, lv *Level, seq uint64
 	}
 }
 
-// stale reports whether a dispatch is no longer its task's current state
-// (a later event, or the task's history gone with its retention).
+// stale reports whether a dispatch can no longer run: its task's last
+// event ended the task or moved it to another execution, or the task's
+// history is gone with its retention. (A later event of the same
+// execution — a dependent added, say — leaves it live.)
 func stale(ctx context.Context, st jetstream.Stream, dispatch *jetstream.RawStreamMsg) bool {
 	id, _, _, _, ok := subject.ParseDispatch(dispatch.Subject)
 	if !ok {
@@ -98,7 +102,14 @@ func stale(ctx context.Context, st jetstream.Stream, dispatch *jetstream.RawStre
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return true
 	}
-	return err == nil && last.Sequence != dispatch.Sequence
+	if err != nil || last.Sequence == dispatch.Sequence {
+		return false
+	}
+	var d, l task.Event
+	if json.Unmarshal(dispatch.Data, &d) != nil || json.Unmarshal(last.Data, &l) != nil {
+		return false
+	}
+	return l.Task.State.Terminal() || l.Task.ExecutionID != d.Task.ExecutionID
 }
 
 // ReadyDepth is how many dispatches wait in every ready level together:

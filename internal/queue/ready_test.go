@@ -49,6 +49,18 @@ func TestReadyLevelsCountOnlyWhatCanRun(t *testing.T) {
 		ids = append(ids, id)
 	}
 	testenv.Eventually(t, 30*time.Second, "three dispatches", func() bool { return level().Pending == 3 })
+	// A dependent added to the head's task is an event after its
+	// dispatch, of the same execution: the dispatch still counts.
+	if _, err := c.Submit(ctx, task.Spec{ID: "child", Type: "x", Capability: "nobody", DependsOn: []string{ids[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the dependent recorded", func() bool {
+		h, err := c.History(ctx, ids[0])
+		return err == nil && len(h) > 0 && h[len(h)-1].Event.Kind == task.KindDependentAdded
+	})
+	if lv := level(); lv.Pending != 3 {
+		t.Fatalf("a dependent added to a waiting task: %+v; want 3 pending", lv)
+	}
 	for _, id := range ids[:2] { // the head of the level
 		if _, err := c.Cancel(ctx, id, "not needed"); err != nil {
 			t.Fatal(err)
