@@ -133,12 +133,8 @@ func runningNow(ctx context.Context, c *sdk.Client, t *task.Task) (live *running
 	if err != nil {
 		return nil, ""
 	}
-	for i := range ws {
-		for _, x := range ws[i].Running {
-			if x.TaskID == t.ID && x.ExecutionID == t.ExecutionID {
-				return &runningNowJSON{Executor: ws[i].ID, WorkerExecution: x}, ""
-			}
-		}
+	if id, x, ok := workers.Running(ws, t.ID, t.ExecutionID); ok {
+		return &runningNowJSON{Executor: id, WorkerExecution: x}, ""
 	}
 	if t.State == task.Ready {
 		unserved = workers.Unserved(ws, t.Capability, t.Type)

@@ -417,12 +417,8 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 			}
 		}
 	}
-	live := s.liveRun(ctx, t)
+	live, unserved := s.liveRun(ctx, t)
 	data["Live"] = live
-	unserved := ""
-	if live == nil && t.State == task.Ready {
-		unserved = s.unserved(ctx, t)
-	}
 	data["Why"] = s.explain(t, g, att, shards, live, unserved, now)
 	if len(t.DependsOn) > 0 {
 		data["Inputs"], data["InputsCut"] = s.inputs(ctx, t)
@@ -515,31 +511,29 @@ type LiveRun struct {
 }
 
 // liveRun finds the handler of t's current execution in the workers
-// registry (nil for a task that ended, or one not running now).
-func (s *Server) liveRun(ctx context.Context, t *task.Task) *LiveRun {
+// registry (nil for a task that ended, or one not running now); for a
+// ready task that runs nowhere, unserved says why no executor running now
+// can take it ("" when one can; without a readable registry, whether an
+// executor of its capability was seen in the task events lately). One
+// read of the registry.
+func (s *Server) liveRun(ctx context.Context, t *task.Task) (live *LiveRun, unserved string) {
 	if t == nil || t.State.Terminal() {
-		return nil
+		return nil, ""
 	}
-	w, x, err := s.c.RunningOn(ctx, t.ID)
-	if err != nil || x == nil || x.ExecutionID != t.ExecutionID {
-		return nil
-	}
-	return &LiveRun{Executor: w.ID, WorkerExecution: *x}
-}
-
-// unserved says why no running executor can take t ("" when one can):
-// none serves its capability, or none of those has a handler for its type
-// (the workers registry; without one, whether an executor of the
-// capability was seen in the task events lately).
-func (s *Server) unserved(ctx context.Context, t *task.Task) string {
 	ws, err := s.c.Workers(ctx)
 	if err != nil {
-		if s.watch.serves(t.Capability) {
-			return ""
+		if t.State == task.Ready && !s.watch.serves(t.Capability) {
+			unserved = fmt.Sprintf("no executor serving capability %q was seen lately", t.Capability)
 		}
-		return fmt.Sprintf("no executor serving capability %q was seen lately", t.Capability)
+		return nil, unserved
 	}
-	return workers.Unserved(ws, t.Capability, t.Type)
+	if id, x, ok := workers.Running(ws, t.ID, t.ExecutionID); ok {
+		return &LiveRun{Executor: id, WorkerExecution: x}, ""
+	}
+	if t.State == task.Ready {
+		unserved = workers.Unserved(ws, t.Capability, t.Type)
+	}
+	return nil, unserved
 }
 
 // upperFirst makes a sentence of a clause.
@@ -561,5 +555,6 @@ func (s *Server) taskPart(w http.ResponseWriter, r *http.Request, v *visit, t *t
 		s.fail(w, r, v, http.StatusNotFound, "Task unavailable", err.Error())
 		return
 	}
-	s.renderPart(w, r, v, "task", part, map[string]any{"T": t, "Live": s.liveRun(r.Context(), t), "Now": s.now()})
+	live, _ := s.liveRun(r.Context(), t)
+	s.renderPart(w, r, v, "task", part, map[string]any{"T": t, "Live": live, "Now": s.now()})
 }

@@ -102,8 +102,8 @@ func stale(ctx context.Context, st jetstream.Stream, dispatch *jetstream.RawStre
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return true
 	}
-	if err != nil || last.Sequence == dispatch.Sequence {
-		return false
+	if err != nil || last.Sequence <= dispatch.Sequence {
+		return false // the dispatch itself, or a read from a replica behind it
 	}
 	var d, l task.Event
 	if json.Unmarshal(dispatch.Data, &d) != nil || json.Unmarshal(last.Data, &l) != nil {

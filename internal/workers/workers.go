@@ -36,3 +36,16 @@ func Unserved(ws []task.Worker, capability, typ string) string {
 	return fmt.Sprintf("no executor handles type %q on capability %q: the %d running there (%s) have no handler for it and pass it on, spending no attempt",
 		typ, capability, len(on), names)
 }
+
+// Running finds the execution executionID of task taskID among what ws
+// run now: the executor running it and the execution, or ok false.
+func Running(ws []task.Worker, taskID, executionID string) (executor string, x task.WorkerExecution, ok bool) {
+	for _, w := range ws {
+		for _, x := range w.Running {
+			if x.TaskID == taskID && x.ExecutionID == executionID {
+				return w.ID, x, true
+			}
+		}
+	}
+	return "", task.WorkerExecution{}, false
+}

@@ -35,3 +35,16 @@ func TestUnserved(t *testing.T) {
 		t.Errorf("many executors: %q", got)
 	}
 }
+
+func TestRunning(t *testing.T) {
+	ws := []task.Worker{
+		{ID: "a", Running: []task.WorkerExecution{{TaskID: "t1", ExecutionID: "old"}}},
+		{ID: "b", Running: []task.WorkerExecution{{TaskID: "t2", ExecutionID: "x"}, {TaskID: "t1", ExecutionID: "new"}}},
+	}
+	if id, x, ok := Running(ws, "t1", "new"); !ok || id != "b" || x.ExecutionID != "new" {
+		t.Errorf("t1/new: %q %+v %v; want on b", id, x, ok)
+	}
+	if _, _, ok := Running(ws, "t1", "gone"); ok {
+		t.Error("an execution nobody runs found running")
+	}
+}
