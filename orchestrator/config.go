@@ -69,11 +69,14 @@ type Config struct {
 	// sdk.Client.SetLimit) replaces the one of the same pattern. Give
 	// every orchestrator the same list.
 	KeyLimits []task.KeyLimit
-	// FairWindow is how many dispatches one capability and priority may
-	// hold (delivered or not, not yet acknowledged) before the ready tasks
-	// with a fairness key queue in the orchestrator and are dispatched in
-	// turn by key (weighted) as the level drains. Default 1024; negative:
-	// no fairness, every task is dispatched at once.
+	// FairWindow bounds the dispatches one capability and priority may
+	// hold waiting for an executor before the ready tasks with a fairness
+	// key queue in the orchestrator and are dispatched in turn by key
+	// (weighted) as the level drains. Within it the window follows the
+	// level's drain: about a second of what its executors take (at least
+	// 4), so a key's task waits about a second behind another key's
+	// backlog whatever the handlers' time. Default 1024; negative: no
+	// fairness, every task is dispatched at once.
 	FairWindow int
 	// AcceptTokenless accepts reports, claims and leases that carry no
 	// execution token, from executors older than the orchestrator, while

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -17,14 +18,22 @@ import (
 
 // Fairness. A level's dispatches (one capability and priority) are
 // delivered in the order they were stored, so a key that readied 100,000
-// tasks would put them all ahead of another key's next one. While a level
-// holds fewer than Config.FairWindow dispatches (stored, not yet
-// acknowledged), a ready task with a fairness key is dispatched at once as
-// any other. Beyond, it queues in this orchestrator, one queue per key,
-// and a pump dispatches the queues in turn (deficit round robin: each key
-// Weight tasks per turn, KeyLimit.Weight, default 1) as the level drains
-// back below the window. A key's task then waits behind at most the window
-// and a turn of the other keys, not behind another key's backlog.
+// tasks would put them all ahead of another key's next one. While fewer
+// than the level's window of dispatches wait to be delivered, a ready task
+// with a fairness key is dispatched at once as any other. Beyond, it
+// queues in this orchestrator, one queue per key, and a pump dispatches
+// the queues in turn (deficit round robin: each key Weight tasks per turn,
+// KeyLimit.Weight, default 1) as the level drains back below the window. A
+// key's task then waits behind at most the window and a turn of the other
+// keys, not behind another key's backlog.
+//
+// The window follows the level's drain: it holds about fairWait of what
+// the executors take (the dispatches delivered per second, averaged over
+// about a second), at least fairMinWindow and at most Config.FairWindow. A
+// fixed window would hold a second of no-op tasks but minutes of slow
+// ones. It doubles whenever the level ran dry while tasks were queued (the
+// executors take more than it holds), so a level's start is not held back
+// by a rate not yet measured.
 //
 // A queued task is ready (its record unchanged: to a user it waits for an
 // executor as if it were in AX_READY). Its durable trace is the sweep
@@ -49,6 +58,14 @@ const (
 	fairMaxBytes = 256 << 20
 	// fairEntryOverhead is a queued task's memory besides its payload.
 	fairEntryOverhead = 1024
+	// fairWait is the executors' work a level's window holds: about how
+	// long a key's task waits behind the dispatches of other keys.
+	fairWait = time.Second
+	// fairMinWindow is the smallest window (or Config.FairWindow if
+	// smaller): enough that an executor's next pull finds work.
+	fairMinWindow = 4
+	// fairRateTau is the time constant of the drain rate's moving average.
+	fairRateTau = time.Second
 )
 
 // fairQueue is an orchestrator's queues of ready tasks by level and key.
@@ -67,12 +84,37 @@ type fairQueue struct {
 type fairLevel struct {
 	capability string
 	priority   int
-	backlog    int // dispatches pending on the level when last counted
+	waiting    int // dispatches waiting for delivery when last counted
 	sent       int // dispatched since
 	queued     int
-	counted    time.Time
+	counted    time.Time // when last chosen to be counted
 	keys       map[string]*fairKey
 	ring       []string // keys with queued tasks, in turn order
+
+	window    int       // dispatches that may wait for delivery
+	rate      float64   // dispatches delivered per second, moving average
+	rateAt    time.Time // when the deliveries were counted
+	delivered uint64    // the consumer's deliveries then
+}
+
+// adapt sets the level's window from a count at now of its waiting
+// dispatches and of its consumer's deliveries: those since the last count
+// (by any orchestrator, of any key) update the drain rate, and the window
+// holds fairWait of it, between fairMinWindow and maxWindow. The caller
+// holds the queue's lock.
+func (lv *fairLevel) adapt(waiting int, delivered uint64, now time.Time, maxWindow int) {
+	if dt := now.Sub(lv.rateAt).Seconds(); !lv.rateAt.IsZero() && dt > 0 && delivered >= lv.delivered {
+		a := 1 - math.Exp(-dt/fairRateTau.Seconds())
+		lv.rate += a * (float64(delivered-lv.delivered)/dt - lv.rate)
+	}
+	lv.rateAt, lv.delivered = now, delivered
+	w := int(math.Ceil(lv.rate * fairWait.Seconds()))
+	if waiting == 0 && lv.queued > 0 {
+		// Ran dry with tasks held back: the executors take more than
+		// the window holds, faster than the average shows yet.
+		w = max(w, 2*lv.window)
+	}
+	lv.window = min(max(w, fairMinWindow), maxWindow)
 }
 
 type fairKey struct {
@@ -115,12 +157,13 @@ func (q *fairQueue) wait(t task.Task, rev uint64) bool {
 	}
 	lv := q.levels[level]
 	if lv == nil {
-		lv = &fairLevel{capability: t.Capability, priority: t.PriorityLevel(), keys: map[string]*fairKey{}}
+		lv = &fairLevel{capability: t.Capability, priority: t.PriorityLevel(), keys: map[string]*fairKey{},
+			window: min(fairMinWindow, q.window)}
 		q.levels[level] = lv
 	}
 	size := int64(len(t.Payload)) + fairEntryOverhead
 	switch {
-	case q.closed || (lv.queued == 0 && lv.backlog+lv.sent < q.window):
+	case q.closed || (lv.queued == 0 && lv.waiting+lv.sent < lv.window):
 	case len(q.ids) >= fairMaxTasks || q.bytes+size > fairMaxBytes:
 		if time.Since(q.warned) > time.Minute {
 			q.warned = time.Now()
@@ -254,7 +297,7 @@ func (q *fairQueue) busy() []*fairLevel {
 		switch {
 		case lv.queued == 0 && lv.sent == 0:
 			delete(q.levels, name)
-		case lv.queued > 0, lv.sent >= q.window/2, now.Sub(lv.counted) >= fairRecount:
+		case lv.queued > 0, lv.sent >= lv.window/2, now.Sub(lv.counted) >= fairRecount:
 			lv.counted = now
 			out = append(out, lv)
 		}
@@ -262,17 +305,19 @@ func (q *fairQueue) busy() []*fairLevel {
 	return out
 }
 
-// refill counts a level's pending dispatches and dispatches its queued
-// tasks in turn into the room left below the window.
+// refill counts a level's waiting dispatches, adapts its window and
+// dispatches its queued tasks in turn into the room left below it.
 func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
-	n, err := q.o.levelPending(ctx, lv.capability, lv.priority)
+	n, delivered, err := q.o.levelDrain(ctx, lv.capability, lv.priority)
 	if err != nil {
 		return // counted again at the next tick
 	}
+	waiting := int(min(n, math.MaxInt32))
 	q.mu.Lock()
-	lv.backlog, lv.sent = int(n), 0
+	lv.adapt(waiting, delivered, time.Now(), q.window)
+	lv.waiting, lv.sent = waiting, 0
 	var out []*fairEntry
-	for room := q.window - int(n); room > 0; room-- {
+	for room := lv.window - waiting; room > 0; room-- {
 		e := q.pop(lv)
 		if e == nil {
 			break

@@ -15,12 +15,18 @@ import (
 )
 
 // fairRun submits 200 tasks of tenant a, then 5 of tenant b, to one
-// executor running one at a time. It returns how many of a's started
-// after b's last task was ready and before it started (ahead), and how
-// many of a's had not started by then (left). Counting from b's readiness,
-// not its submission, leaves out the time b's intake takes (long under the
-// race detector), which fairness does not order.
+// executor running one at a time, each 5 ms. It returns how many of a's
+// started after b's last task was ready and before it started (ahead), and
+// how many of a's had not started by then (left). Counting from b's
+// readiness, not its submission, leaves out the time b's intake takes
+// (long under the race detector), which fairness does not order.
 func fairRun(t *testing.T, window int, weights ...task.KeyLimit) (ahead, left int) {
+	t.Helper()
+	return fairRunOf(t, window, 200, 5*time.Millisecond, weights...)
+}
+
+// fairRunOf is fairRun with aTasks of tenant a, each handled in handle.
+func fairRunOf(t *testing.T, window, aTasks int, handle time.Duration, weights ...task.KeyLimit) (ahead, left int) {
 	t.Helper()
 	_, ex, c := testenv.Stack(t, orchestrator.Config{Retry: fastRetry, FairWindow: window, KeyLimits: weights},
 		executor.Config{Capacity: 1})
@@ -36,12 +42,12 @@ func fairRun(t *testing.T, window int, weights ...task.KeyLimit) (ahead, left in
 			bLast = time.Now()
 		}
 		mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(handle)
 		return nil, nil
 	})
 	ctx := testenv.Context(t, 2*time.Minute)
 	var specs []task.Spec
-	for i := range 200 {
+	for i := range aTasks {
 		s := newSpec(fmt.Sprint("a-", i), "job")
 		s.FairnessKey = "a"
 		specs = append(specs, s)
@@ -51,7 +57,7 @@ func fairRun(t *testing.T, window int, weights ...task.KeyLimit) (ahead, left in
 	}
 	// b submits once a's backlog is in.
 	testenv.Eventually(t, time.Minute, "a's tasks accepted", func() bool {
-		got, err := c.Get(ctx, "a-199")
+		got, err := c.Get(ctx, fmt.Sprint("a-", aTasks-1))
 		return err == nil && got.State != ""
 	})
 	var bs []task.Spec
@@ -119,4 +125,20 @@ func TestFairnessWeights(t *testing.T) {
 		t.Errorf("with weights 4:1, %d of a's tasks (of %d waiting) started after b's last task was ready and before it started; want about 8 + 4×5", ahead, left)
 	}
 	t.Logf("with weights 4:1, %d of a's tasks started after b's last task was ready and before it started", ahead)
+}
+
+// TestFairnessWindowFollowsTheDrain: with the default window (1,024) and
+// handlers of 20 ms on one slot (about 50 tasks a second), b's tasks wait
+// behind about a second of a's work, not behind a's whole backlog of 300
+// that a fixed window of 1,024 let through to the level at once.
+func TestFairnessWindowFollowsTheDrain(t *testing.T) {
+	t.Parallel()
+	ahead, left := fairRunOf(t, 0, 300, 20*time.Millisecond)
+	// About 50 (a second of work) and a turn; under the race detector
+	// fewer (the handlers are slower, the window follows). A fixed window
+	// would let all of a's waiting tasks (left) go first.
+	if left < 150 || ahead > left/3 {
+		t.Errorf("with the default window, %d of a's tasks (of %d waiting) started after b's last task was ready and before it started; want about a second of work (50)", ahead, left)
+	}
+	t.Logf("with the default window and 20-ms handlers, %d of a's %d waiting tasks started after b's last task was ready and before it started", ahead, left)
 }

@@ -337,18 +337,20 @@ func (o *Orchestrator) levelState(ctx context.Context, capability string, priori
 	return lv, nil
 }
 
-// levelPending is how many dispatches of a level are still to be delivered
-// or acknowledged (0 without a consumer: nothing is dispatched on it yet).
-func (o *Orchestrator) levelPending(ctx context.Context, capability string, priority int) (uint64, error) {
+// levelDrain is what a level's consumer says of its dispatches: how many
+// wait to be delivered to an executor (those delivered run: executors pull
+// only what they have room for) and how many deliveries it made in all
+// (zeros without a consumer: nothing is dispatched on the level yet).
+func (o *Orchestrator) levelDrain(ctx context.Context, capability string, priority int) (waiting, delivered uint64, err error) {
 	c, err := o.tasks.Consumer(ctx, subject.ReadyConsumer(capability, priority))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("count dispatches of %s p%d: %w", capability, priority, err)
+		return 0, 0, fmt.Errorf("count dispatches of %s p%d: %w", capability, priority, err)
 	}
 	ci := c.CachedInfo()
-	return ci.NumPending + uint64(max(ci.NumAckPending, 0)), nil
+	return ci.NumPending, ci.Delivered.Consumer, nil
 }
 
 // busyLevels remembers what was read of ready levels' consumers lately.

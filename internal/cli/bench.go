@@ -366,7 +366,7 @@ func printFairness(g *globals, r *bench.FairnessResult) error {
 	fmt.Fprintf(g.stdout, "fairness: tenant A submitted %d tasks (fairness_key A), then, once the orchestrator had taken them in, tenant B %d at the same priority (fairness_key B) in batches of %d; handler %s, executor capacity %.0f\n",
 		with.ATasks, with.BTasks, with.BBatch, handler, with.Capacity)
 	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "\twith fairness (window %d)\twithout (window %d)\t\n", with.Window, without.Window)
+	fmt.Fprintf(w, "\twith fairness (window ≤ %d, following the drain)\twithout (window %d)\t\n", with.Window, without.Window)
 	row := func(name string, f func(bench.FairnessRun) string) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t\n", name, f(with), f(without))
 	}

@@ -85,7 +85,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.DurationVar(&cfg.ReconcileMaxInterval, "reconcile-max-interval", orchestrator.DefaultReconcileMaxInterval, "longest gap between the reconciler's looks at a task that stands still")
 	f.DurationVar(&cfg.RunGrace, "run-grace", orchestrator.DefaultRunGrace, "how long past start + timeout a running task with no live lease is given before its attempt fails with 'lease expired'")
 	f.Var(keyLimitsFlag{&cfg.KeyLimits}, "key-limit", "a limit per key, repeatable: PATTERN:SETTING,… with concurrency=N, rate=N/DURATION, adaptive, min=N, target-latency=DURATION, weight=N (e.g. 'customer.*:concurrency=5,rate=100/1s'); `ax limits set` replaces one at run time")
-	f.IntVar(&cfg.FairWindow, "fair-window", orchestrator.DefaultFairWindow, "dispatches one capability and priority may hold before tasks with a fairness key queue and go in turn by key (-1: no fairness)")
+	f.IntVar(&cfg.FairWindow, "fair-window", orchestrator.DefaultFairWindow, "most dispatches one capability and priority may hold waiting for an executor before tasks with a fairness key queue and go in turn by key; within it the window holds about a second of the executors' work (-1: no fairness)")
 	f.IntVar(&cfg.RetryBudget.Limit, "retry-budget", orchestrator.DefaultRetryBudgetLimit, "retries of one task type that may start per --retry-window")
 	f.DurationVar(&cfg.RetryBudget.Width, "retry-window", orchestrator.DefaultRetryBudgetWidth, "window of the retry budget")
 	f.Float64Var(&cfg.Breaker.Threshold, "breaker-threshold", orchestrator.DefaultBreakerThreshold, "failure ratio that opens a type's circuit breaker (1 disables breakers)")
