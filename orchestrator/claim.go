@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ax-run/ax/internal/inputs"
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -81,37 +82,29 @@ func (o *Orchestrator) claim(ctx context.Context, capability string, req task.Cl
 		if err != nil {
 			return task.ClaimReply{Error: err.Error()}
 		}
-		if rev < req.Revision {
-			// The stream leader answered behind the dispatch (one cut off
-			// by a partition): deciding on it could end a live attempt.
-			return task.ClaimReply{Error: fmt.Sprintf("read revision %d of %s, older than its dispatch at %d (a stale read); ask again", rev, req.ID, req.Revision)}
-		}
-		if cur.Capability != capability {
+		d := lifecycle.Claim(cur, rev, capability, req, o.env())
+		switch d.Verdict {
+		case lifecycle.Stale:
+			return task.ClaimReply{Error: d.Err.Error()}
+		case lifecycle.Refuse:
 			o.log.Warn("refusing a claim made for another capability", slog.String("task_id", req.ID),
 				slog.String("capability", cur.Capability), slog.String("claimed_as", capability), slog.String("executor", req.Executor))
-			return task.ClaimReply{Status: task.ClaimEnded, Error: fmt.Sprintf("task %s is of capability %q, not %q", req.ID, cur.Capability, capability)}
-		}
-		var next task.Task
-		var reason string
-		switch {
-		case cur.ExecutionID == req.ExecutionID && cur.State != task.Ready && cur.State != task.Running:
-			// This execution's attempt ended (or the task was cancelled),
-			// and its dispatch is still delivered: its executor may have
-			// died between the outcome's write and its effects (a direct
-			// report answered "failed", never stored). The dispatch is then
-			// the effects' last trigger: ensure them (idempotent) before
-			// answering, and have the executor ask again if they fail.
+			return task.ClaimReply{Status: d.Status, Error: d.Err.Error()}
+		case lifecycle.Replay:
+			// The dispatch is the ended execution's effects' last trigger:
+			// ensure them (idempotent) before answering, and have the
+			// executor ask again if they fail.
 			if err := o.ensureEffects(ctx, cur, rev); err != nil {
 				return task.ClaimReply{Error: fmt.Sprintf("%s ended; its effects not ensured yet: %v", req.ID, err)}
 			}
-			return task.ClaimReply{Status: task.ClaimEnded}
-		case cur.ExecutionID != req.ExecutionID:
-			return task.ClaimReply{Status: task.ClaimEnded}
-		case cur.State == task.Running && req.Mark && cur.Executor == req.Executor:
-			return task.ClaimReply{Status: task.ClaimGranted, Task: &cur, Revision: rev}
-		case cur.State == task.Running && req.Mark:
-			return task.ClaimReply{Status: task.ClaimRunningElsewhere} // taken over: a mark takes nothing
-		case cur.State == task.Running && req.Delivered > 1:
+			return task.ClaimReply{Status: d.Status}
+		case lifecycle.Ignore:
+			if d.Status == task.ClaimGranted {
+				return task.ClaimReply{Status: d.Status, Task: &cur, Revision: rev}
+			}
+			return task.ClaimReply{Status: d.Status}
+		}
+		if d.TakeOver {
 			held, err := o.leased(ctx, cur)
 			if err != nil {
 				return task.ClaimReply{Error: err.Error()}
@@ -119,15 +112,8 @@ func (o *Orchestrator) claim(ctx context.Context, capability string, req task.Cl
 			if held {
 				return task.ClaimReply{Status: task.ClaimRunningElsewhere}
 			}
-			next = cur.Claimed(req.Executor, claimStart(req, o.now()))
-			next.Takeovers = cur.Takeovers + 1
-			reason = fmt.Sprintf("taken over by %s from %s (delivery %d)", req.Executor, cur.Executor, req.Delivered)
-		case cur.State == task.Running:
-			return task.ClaimReply{Status: task.ClaimRunningElsewhere}
-		default: // ready under this execution
-			next = cur.Claimed(req.Executor, claimStart(req, o.now()))
-			reason = next.Reason
 		}
+		next, reason := d.Next, d.Reason
 		newRev, err := o.write(ctx, cur, rev, &next, reason)
 		if errors.Is(err, store.ErrConflict) {
 			continue
@@ -185,13 +171,4 @@ func (o *Orchestrator) answerInputs(ctx context.Context, m *nats.Msg) {
 	if err := m.Respond(data); err != nil {
 		o.log.Debug("inputs reply not sent", slog.Any("error", err))
 	}
-}
-
-// claimStart is when the claimed attempt started: the executor's time,
-// unless it is missing or ahead of the orchestrator's clock.
-func claimStart(req task.ClaimRequest, now time.Time) time.Time {
-	if req.StartedAt.IsZero() || req.StartedAt.After(now) {
-		return now
-	}
-	return req.StartedAt.UTC()
 }

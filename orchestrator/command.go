@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -145,11 +146,12 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 		reason = "cancelled by request"
 	}
 	reason += byline(by)
-	t, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
-		if t.State.Terminal() {
-			return nil, "", fmt.Errorf("%w: task %s is already %s", errCommand, id, t.State)
+	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		d := lifecycle.Cancel(t, reason, o.env())
+		if d.Verdict == lifecycle.Refuse {
+			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
 		}
-		return o.finished(t, task.Cancelled), reason, nil
+		return o.decided(ctx, t, rev, d)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
@@ -189,25 +191,11 @@ func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandR
 				return nil, "", err
 			}
 		}
-		switch {
-		case t.IsShard():
-			// Whatever its state: a shard's own end (failed, or cancelled
-			// by a sibling's failure) is its parent's to re-plan.
-			return nil, "", fmt.Errorf("%w: task %s is a shard of %s; shards run again only with their parent", errCommand, id, t.Parent)
-		case req.WithDependents && t.Redrives > 0 && t.State != task.Failed:
-			// Re-driven already (or this is a replay): re-open only.
-			return nil, "", nil
-		case t.State != task.Failed:
-			return nil, "", fmt.Errorf("%w: task %s is %s, only failed tasks can be re-driven", errCommand, id, t.State)
-		case t.Phase == task.PhaseShards:
-			return nil, "", fmt.Errorf("%w: task %s failed in its shard phase (%s); submit it again under a new id to re-plan", errCommand, id, t.Reason)
+		d := lifecycle.Redrive(t, req.WithDependents, reason, o.env())
+		if d.Verdict == lifecycle.Refuse {
+			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
 		}
-		next := o.readyNext(t, 1)
-		next.Errors = nil
-		next.Result = nil
-		next.Redrives++
-		next.Snoozes, next.Snoozed = 0, false
-		return &next, reason, nil
+		return o.decided(ctx, t, rev, d)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)

@@ -6,8 +6,9 @@
 // dead letters.
 //
 // Every handler is idempotent. A handler first makes its transition (a CAS
-// write that fails harmlessly when the transition was already made) and then
-// ensures the effects of the task's current state: a ready task has a ready
+// write that fails harmlessly when the transition was already made; what
+// the record becomes is decided by package internal/lifecycle) and then
+// ensures the effects of the task's current state (lifecycle.Effects): a ready task has a ready
 // message (de-duplicated by execution id), a retrying task has a timer (one
 // schedule per subject), a failed task has a dead letter (one per subject),
 // a succeeded task has released its dependents, a failed or cancelled task

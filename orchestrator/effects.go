@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -102,71 +103,81 @@ func (o *Orchestrator) transition(ctx context.Context, id string, decide func(t 
 
 // finished returns t moved to a final state now.
 func (o *Orchestrator) finished(t task.Task, state task.State) *task.Task {
-	now := o.now()
-	t.State = state
-	t.FinishedAt = &now
-	return &t
+	next := lifecycle.Finished(t, state, o.now())
+	return &next
+}
+
+// decided turns a decision on t (read at rev) into what transition's
+// decide returns: the record to write, nothing (after making sure of the
+// effects on a replay), or the decision's error.
+func (o *Orchestrator) decided(ctx context.Context, t task.Task, rev uint64, d lifecycle.Decision) (*task.Task, string, error) {
+	switch d.Verdict {
+	case lifecycle.Apply:
+		return &d.Next, d.Reason, nil
+	case lifecycle.Replay:
+		return nil, "", o.ensureEffects(ctx, t, rev)
+	}
+	return nil, "", d.Err
+}
+
+// env is what the transition table's decisions read of this orchestrator.
+func (o *Orchestrator) env() lifecycle.Env {
+	return lifecycle.Env{
+		Now:            o.now(),
+		RetryDelay:     func(n int) time.Duration { return o.cfg.Retry.Delay(n, o.cfg.Random()) },
+		MaxShards:      o.cfg.Limits.MaxShards,
+		MaxShardsFlag:  "ax orchestrator --max-shards",
+		NewExecutionID: nuid.Next,
+	}
 }
 
 // ensureEffects makes sure everything that follows from a task being in its
-// current state has happened. Every step is idempotent.
+// current state has happened: the effects lifecycle.Effects lists, in
+// order. Every one is idempotent.
 func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint64) error {
-	if t.State.Terminal() {
-		if err := o.disarmTimers(ctx, t); err != nil {
+	for _, e := range lifecycle.Effects(t, o.now()) {
+		if err := o.applyEffect(ctx, e, t, rev); err != nil {
 			return err
 		}
-		if err := o.armForget(ctx, t); err != nil {
-			return err
-		}
-		if err := o.endedFanIn(ctx, t); err != nil {
-			return err
-		}
-	}
-	if t.ConcurrencyKey != "" && t.Attempt > 0 && t.State != task.Ready && t.State != task.Running {
-		// The attempt ended: its concurrency slot, if it took one, frees.
-		if err := o.freeSlot(ctx, t); err != nil {
-			return err
-		}
-	}
-	if t.State == task.Waiting || t.State == task.Retrying {
-		// The reconciler's look, should nothing else move it (a ready
-		// task's is armed with its dispatch).
-		if err := o.armWatch(ctx, t); err != nil {
-			return err
-		}
-	}
-	switch t.State {
-	case task.Waiting:
-		switch {
-		case t.Phase == task.PhaseShards:
-			return o.ensureShards(ctx, t)
-		case t.Parked:
-			return o.checkSlot(ctx, t)
-		}
-		if t.StartAt != nil && t.StartAt.After(o.now()) {
-			if err := o.armTimer(ctx, subject.TimerStart, timerFire{ID: t.ID, At: *t.StartAt}); err != nil {
-				return err
-			}
-		}
-		return o.resolveWaiting(ctx, t, rev, true)
-	case task.Ready:
-		return o.dispatch(ctx, t, rev)
-	case task.Retrying:
-		return o.armRetry(ctx, t)
-	case task.Succeeded:
-		return o.releaseDependents(ctx, t, rev)
-	case task.Failed:
-		if err := o.deadLetter(ctx, t); err != nil {
-			return err
-		}
-		return o.cancelDependents(ctx, t, rev)
-	case task.Cancelled, task.Expired:
-		if err := o.revoke(ctx, t); err != nil {
-			return err
-		}
-		return o.cancelDependents(ctx, t, rev)
 	}
 	return nil
+}
+
+// applyEffect applies one effect of t's record at rev.
+func (o *Orchestrator) applyEffect(ctx context.Context, e lifecycle.Effect, t task.Task, rev uint64) error {
+	switch e {
+	case lifecycle.DisarmTimers:
+		return o.disarmTimers(ctx, t)
+	case lifecycle.ArmForget:
+		return o.armForget(ctx, t)
+	case lifecycle.EndFanIn:
+		return o.endedFanIn(ctx, t)
+	case lifecycle.FreeSlot:
+		return o.freeSlot(ctx, t)
+	case lifecycle.ArmWatch:
+		return o.armWatch(ctx, t)
+	case lifecycle.EnsureShards:
+		return o.ensureShards(ctx, t)
+	case lifecycle.CheckSlot:
+		return o.checkSlot(ctx, t)
+	case lifecycle.ArmStart:
+		return o.armTimer(ctx, subject.TimerStart, timerFire{ID: t.ID, At: *t.StartAt})
+	case lifecycle.ResolveWaiting:
+		return o.resolveWaiting(ctx, t, rev, true)
+	case lifecycle.Dispatch:
+		return o.dispatch(ctx, t, rev)
+	case lifecycle.ArmRetry:
+		return o.armRetry(ctx, t)
+	case lifecycle.ReleaseDependents:
+		return o.releaseDependents(ctx, t, rev)
+	case lifecycle.DeadLetter:
+		return o.deadLetter(ctx, t)
+	case lifecycle.CancelDependents:
+		return o.cancelDependents(ctx, t, rev)
+	case lifecycle.Revoke:
+		return o.revoke(ctx, t)
+	}
+	return fmt.Errorf("task %s: unknown effect %v", t.ID, e)
 }
 
 // revoke records that t's execution no longer runs (AX_REVOKED), when it
@@ -351,19 +362,7 @@ func (o *Orchestrator) dispatched(ctx context.Context, t task.Task, rev uint64, 
 
 // readyNext returns t prepared for a new dispatch (attempt n).
 func (o *Orchestrator) readyNext(t task.Task, attempt int) task.Task {
-	now := o.now()
-	t.State = task.Ready
-	t.Attempt = attempt
-	t.ExecutionID = nuid.Next()
-	t.Executor = ""
-	t.RetryAt = nil
-	t.StartedAt = nil
-	t.FinishedAt = nil
-	t.ReadyAt = &now
-	t.Dispatches = 1
-	t.Takeovers = 0
-	t.DispatchRevision = 0 // a new execution, not dispatched yet
-	return t
+	return lifecycle.Ready(t, attempt, o.now(), nuid.Next())
 }
 
 // resolveWaiting decides a waiting task by its trigger rule: cancel it or

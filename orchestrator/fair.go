@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -390,14 +391,10 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 		// Its owner is gone: dispatch it again under a new execution
 		// (of several orchestrators looking, one does).
 		moved := false
-		_, err := o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
-			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
-				return nil, "", nil
-			}
-			moved = true
-			next := o.readyNext(cur, cur.Attempt)
-			next.Dispatches = cur.Dispatches
-			return &next, "reconciler: the orchestrator that queued it for its fairness key's turn is gone; dispatched again", nil
+		_, err := o.transition(ctx, t.ID, func(cur task.Task, rev uint64) (*task.Task, string, error) {
+			d := lifecycle.Redispatch(cur, t.ExecutionID, "reconciler: the orchestrator that queued it for its fairness key's turn is gone; dispatched again", o.env())
+			moved = d.Verdict == lifecycle.Apply
+			return o.decided(ctx, cur, rev, d)
 		})
 		if moved && err == nil {
 			o.repaired(repairFairLost, t)

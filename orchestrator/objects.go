@@ -3,17 +3,13 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/ax-run/ax/internal/object"
-	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
-	"github.com/ax-run/ax/task"
 )
 
 // Plans and large results live in the object store of their task's
@@ -96,51 +92,4 @@ func (o *Orchestrator) ensureObjects(ctx context.Context, capability string) err
 		return nil, nil
 	})
 	return err
-}
-
-// checkObjects refuses a succeeded report whose objects are not its
-// attempt's: it becomes a permanent failure saying why, as an inline result
-// over the limit does. Each object must have the name this attempt writes
-// (task.ResultObjectName, task.PlanObject of the task and the execution),
-// so a report cannot point at another task's object, and be in the object
-// store of the task's capability with a digest, or in the legacy
-// AX_OBJECTS without a store named (an executor from before per-capability
-// stores).
-func (o *Orchestrator) checkObjects(t task.Task, r task.Report) task.Report {
-	if r.Status != task.OutcomeSucceeded {
-		return r
-	}
-	why := ""
-	if r.ResultObject != "" {
-		why = objectRefProblem("result object", r.ResultObject, task.ResultObjectName(t.ID, r.ExecutionID), r.ResultBucket, r.ResultDigest, t.Capability)
-	}
-	if why == "" && r.Plan != nil {
-		why = objectRefProblem("plan", r.Plan.Object, task.PlanObject(t.ID, r.ExecutionID), r.Plan.Bucket, r.Plan.Digest, t.Capability)
-	}
-	if why == "" {
-		return r
-	}
-	o.log.Warn("refusing a report whose objects are not its attempt's", slog.String("task_id", t.ID),
-		slog.String("execution_id", r.ExecutionID), slog.String("executor", r.Executor), slog.String("reason", why))
-	r.Status, r.Permanent, r.Error = task.OutcomeFailed, true, why
-	r.Result, r.ResultObject, r.ResultBucket, r.ResultDigest, r.Plan = nil, "", "", "", nil
-	return r
-}
-
-// objectRefProblem says what is wrong with one object a report names (""
-// when nothing is).
-func objectRefProblem(what, name, want, bucket, digest, capability string) string {
-	switch own := subject.ObjectBucket(capability); {
-	case name != want:
-		return fmt.Sprintf("the report's %s %q is not this attempt's (%s)", what, name, want)
-	case bucket == "" && digest != "" && !object.ValidDigest(digest):
-		return fmt.Sprintf("the report's %s %s has an invalid digest %q", what, name, digest)
-	case bucket == "":
-		return "" // in the legacy AX_OBJECTS
-	case bucket != own:
-		return fmt.Sprintf("the report's %s %s is in %s, not in %s (the object store of the task's capability)", what, name, bucket, own)
-	case !object.ValidDigest(digest):
-		return fmt.Sprintf("the report's %s %s has no valid digest (%q)", what, name, digest)
-	}
-	return ""
 }

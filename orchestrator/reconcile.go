@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -169,13 +170,9 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		// a new execution id, so an executor holding an old copy cannot
 		// report it.
 		o.repaired(repairNotDispatched, t)
-		_, err = o.transition(ctx, t.ID, func(cur task.Task, _ uint64) (*task.Task, string, error) {
-			if cur.State != task.Ready || cur.ExecutionID != t.ExecutionID {
-				return nil, "", nil
-			}
-			next := o.readyNext(cur, cur.Attempt)
-			next.Dispatches = cur.Dispatches
-			return &next, "reconciler: its dispatch was not taken " + now.Sub(*readyAt(cur)).Round(time.Second).String() + " after it became ready; dispatched again", nil
+		_, err = o.transition(ctx, t.ID, func(cur task.Task, rev uint64) (*task.Task, string, error) {
+			why := "reconciler: its dispatch was not taken " + now.Sub(*readyAt(cur)).Round(time.Second).String() + " after it became ready; dispatched again"
+			return o.decided(ctx, cur, rev, lifecycle.Redispatch(cur, t.ExecutionID, why, o.env()))
 		})
 		return ignoreNotFound(err)
 	case task.Retrying:

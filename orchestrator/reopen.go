@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -59,12 +59,7 @@ func (o *Orchestrator) reopenDependent(ctx context.Context, up task.Task, id, or
 	if err != nil {
 		return fmt.Errorf("re-open dependent %s of %s: %w", id, up.ID, err)
 	}
-	// A record cancelled before CancelledBy existed names it in its reason.
-	eligible := func(c task.Task) bool {
-		return c.State == task.Cancelled && (c.CancelledBy == up.ID ||
-			c.CancelledBy == "" && strings.HasPrefix(c.Reason, "upstream "+up.ID+" is "))
-	}
-	if eligible(child) && len(child.DependsOn) > task.WideFanIn {
+	if lifecycle.ReopenedBy(child, up.ID) && len(child.DependsOn) > task.WideFanIn {
 		// Its counter went with its cancellation; its markers stayed.
 		n, err := o.fanin.CountExact(ctx, id)
 		if err != nil {
@@ -75,17 +70,10 @@ func (o *Orchestrator) reopenDependent(ctx context.Context, up task.Task, id, or
 		}
 	}
 	reopened := false
-	cur, err := o.transition(ctx, id, func(c task.Task, _ uint64) (*task.Task, string, error) {
-		reopened = false
-		if !eligible(c) {
-			return nil, "", nil
-		}
-		next := c
-		next.State = task.Waiting
-		next.FinishedAt = nil
-		next.CancelledBy = ""
-		reopened = true
-		return &next, "re-opened by " + origin, nil
+	cur, err := o.transition(ctx, id, func(c task.Task, rev uint64) (*task.Task, string, error) {
+		d := lifecycle.Reopen(c, up.ID, origin, o.env())
+		reopened = d.Verdict == lifecycle.Apply
+		return o.decided(ctx, c, rev, d)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil

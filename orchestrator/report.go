@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -82,31 +83,26 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		if err != nil {
 			return err
 		}
-		if seen := max(r.DispatchRevision, r.ClaimRevision); rev < seen {
-			// The attempt was dispatched (or claimed) at a later revision
-			// than the one read: the read was served by a stream leader
-			// that was behind (one cut off by a partition, not yet aware it
-			// lost leadership). Ignoring the report on it would strand the
-			// task: read again.
-			return fmt.Errorf("report of %s: read revision %d, older than its attempt's at %d (a stale read); trying again", r.ID, rev, seen)
-		}
-		if t.ExecutionID != r.ExecutionID {
-			o.log.Info("ignoring result of a superseded attempt", slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("current_execution_id", t.ExecutionID))
+		d := lifecycle.Report(t, rev, r, o.env())
+		switch d.Verdict {
+		case lifecycle.Stale:
+			// Ignoring the report on a read older than its attempt would
+			// strand the task: read again.
+			return d.Err
+		case lifecycle.Ignore:
+			if d.Warning != "" {
+				o.log.Warn("ignoring a report: "+d.Warning, slog.String("task_id", r.ID))
+			} else {
+				o.log.Info("ignoring a report: "+d.Reason, slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("current_execution_id", t.ExecutionID))
+			}
 			return nil
-		}
-		if r.Type != t.Type {
-			o.log.Warn("ignoring a report naming another task type than its task's", slog.String("task_id", r.ID),
-				slog.String("report_type", r.Type), slog.String("type", t.Type))
-			return nil
-		}
-		// Ready under the report's execution: an attempt that ended before
-		// anything marked it running (executors do not write records).
-		if t.State != task.Running && t.State != task.Ready {
-			// Already applied (a redelivered report) or the task was
-			// cancelled meanwhile: make sure the effects happened.
+		case lifecycle.Replay:
 			return o.ensureEffects(ctx, t, rev)
 		}
-		next, reason := o.outcome(t, r)
+		if d.Warning != "" {
+			o.log.Warn(d.Warning, slog.String("task_id", t.ID), slog.String("execution_id", r.ExecutionID), slog.String("executor", r.Executor))
+		}
+		next, reason := d.Next, d.Reason
 		if next.State == task.Retrying {
 			at, err := o.allocateRetry(ctx, t.Type, retryHolder(t), *next.RetryAt)
 			if err != nil {
@@ -137,67 +133,4 @@ func (o *Orchestrator) dispatchedFromCache(r task.Report) (task.Task, uint64, bo
 		return task.Task{}, 0, false
 	}
 	return d.task, d.revision, true
-}
-
-// outcome computes a running task's next record from a report.
-func (o *Orchestrator) outcome(t task.Task, r task.Report) (task.Task, string) {
-	now := o.now()
-	// A report comes from outside: its error and inline result are bounded
-	// here too, whatever the executor did.
-	r.Error = task.TruncateError(r.Error)
-	if r.Status == task.OutcomeSucceeded && len(r.Result) > task.InlineResultLimit {
-		r.Status, r.Permanent, r.Result = task.OutcomeFailed, true, nil
-		r.Error = fmt.Sprintf("the report's inline result is over the %d-byte limit (executors store larger results in %s)",
-			task.InlineResultLimit, subject.ObjectBucket(t.Capability))
-	}
-	r = o.checkObjects(t, r) // objects.go
-	t.UpdatedAt = now
-	t.DispatchRevision = 0 // its dispatch was delivered: the attempt ended
-	if t.StartedAt == nil && !r.StartedAt.IsZero() {
-		t.StartedAt = &r.StartedAt
-	}
-	if t.Executor == "" {
-		t.Executor = r.Executor
-	}
-	if r.Status == task.OutcomeSnoozed || r.Status == task.OutcomeCancelled {
-		var reason string
-		var ok bool
-		if t, reason, r, ok = o.handlerOutcome(t, r, now); ok {
-			return t, reason
-		}
-	}
-	if r.Status == task.OutcomeSucceeded && t.Shardable && t.Phase != task.PhaseAggregate {
-		return o.planned(t, r)
-	}
-	if r.Status == task.OutcomeSucceeded {
-		t.State = task.Succeeded
-		t.ResultObject = r.ResultObject
-		t.ResultBucket, t.ResultDigest = r.ResultBucket, r.ResultDigest
-		t.Result = r.Result
-		t.FinishedAt = &now
-		return t, fmt.Sprintf("attempt %d succeeded", t.Attempt)
-	}
-	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: r.Error, At: now})
-	switch {
-	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
-		t.State = task.Expired
-		t.FinishedAt = &now
-		return t, fmt.Sprintf("deadline %s passed while running", t.ExpiresAt.Format(time.RFC3339Nano))
-	case r.Permanent:
-		t.State = task.Failed
-		t.FinishedAt = &now
-		return t, fmt.Sprintf("attempt %d failed permanently: %s", t.Attempt, r.Error)
-	case t.Attempt > t.RetryLimit():
-		t.State = task.Failed
-		t.FinishedAt = &now
-		return t, fmt.Sprintf("retries exhausted after %d attempts: %s", t.Attempt, r.Error)
-	}
-	delay := o.cfg.Retry.Delay(t.Attempt, o.cfg.Random())
-	if r.RetryAfter != nil && *r.RetryAfter > 0 {
-		delay = r.RetryAfter.Std()
-	}
-	at := now.Add(delay)
-	t.State = task.Retrying
-	t.RetryAt = &at
-	return t, fmt.Sprintf("attempt %d failed: %s; retry in %s", t.Attempt, r.Error, delay.Round(time.Millisecond))
 }

@@ -34,39 +34,6 @@ const shardWorkers = 32
 // that completes the set moves the parent on. A parent that ends any other
 // way cancels its unfinished shards.
 
-// planned returns the parent's record after its planner succeeded.
-func (o *Orchestrator) planned(t task.Task, r task.Report) (task.Task, string) {
-	now := o.now()
-	switch {
-	case r.Plan == nil:
-		return o.plannerFailed(t, r, "the planner reported no plan (is the type registered with executor.HandleShards on "+r.Executor+"?)")
-	case r.Plan.Shards < 0 || r.Plan.Shards > o.cfg.Limits.MaxShards:
-		return o.plannerFailed(t, r, fmt.Sprintf("the planner returned %d shards; the limit is %d%s", r.Plan.Shards, o.cfg.Limits.MaxShards, shardLimitSource(o.cfg.Limits.MaxShards)))
-	}
-	t.State = task.Waiting
-	t.Phase = task.PhaseShards
-	t.Sharding = &task.Sharding{PlanRef: *r.Plan, PlannedAt: now}
-	t.UpdatedAt = now
-	return t, fmt.Sprintf("attempt %d planned %d shards", t.Attempt, r.Plan.Shards)
-}
-
-// shardLimitSource says where a shard limit below the ceiling comes from.
-func shardLimitSource(limit int) string {
-	if limit < task.MaxShards {
-		return " (ax orchestrator --max-shards)"
-	}
-	return ""
-}
-
-// plannerFailed fails a shardable task whose planner's outcome is unusable.
-func (o *Orchestrator) plannerFailed(t task.Task, r task.Report, why string) (task.Task, string) {
-	now := o.now()
-	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: why, At: now})
-	t.State = task.Failed
-	t.FinishedAt = &now
-	return t, "plan rejected: " + why
-}
-
 // ensureShards registers a planned parent's shards unless done, then
 // checks whether they all ended already.
 func (o *Orchestrator) ensureShards(ctx context.Context, parent task.Task) error {

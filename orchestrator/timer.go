@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -128,28 +129,20 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 // fireRetry makes a retrying task ready for its next attempt.
 func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		switch {
-		case t.State == task.Retrying && t.Attempt == f.Attempt:
-		case t.State == task.Ready && t.Attempt == f.Attempt+1:
-			return nil, "", o.dispatch(ctx, t, rev) // replay after a crash
-		case !t.State.Terminal() && t.Attempt <= f.Attempt:
-			// Older than the retrying record that armed this timer: a
-			// stale leader answered. Ignoring the timer would strand it.
-			return nil, "", fmt.Errorf("retry of %s: read %s at attempt %d, before the retry of attempt %d (a stale read); trying again", t.ID, t.State, t.Attempt, f.Attempt)
+		d := lifecycle.RetryDue(t, f.Attempt, o.env())
+		switch d.Verdict {
+		case lifecycle.Replay:
+			return nil, "", o.dispatch(ctx, t, rev) // made ready before a crash
+		case lifecycle.Apply:
 		default:
-			return nil, "", nil // cancelled, re-driven or already handled
+			return nil, "", d.Err
 		}
 		if ok, why := o.gate.check(o.now(), t.Type, true); !ok {
 			if held, err := o.hold(ctx, t, rev, why, true); held || err != nil {
 				return nil, "", err
 			}
 		}
-		next := o.readyNext(t, t.Attempt+1)
-		if t.Snoozed {
-			next.Snoozed = false
-			return &next, fmt.Sprintf("snooze %d over; attempt %d runs again", t.Snoozes, next.Attempt), nil
-		}
-		return &next, fmt.Sprintf("retry %d of %d", f.Attempt, t.RetryLimit()), nil
+		return &d.Next, d.Reason, nil
 	})
 	return ignoreNotFound(err)
 }
@@ -208,15 +201,7 @@ const startTimerSlack = 250 * time.Millisecond
 // wherever it is; a running handler is told to stop.
 func (o *Orchestrator) fireDeadline(ctx context.Context, f timerFire) error {
 	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		switch {
-		case t.State == task.Expired:
-			return nil, "", o.ensureEffects(ctx, t, rev) // replay after a crash
-		case t.State.Terminal():
-			return nil, "", nil
-		case t.ExpiresAt == nil || t.ExpiresAt.After(o.now().Add(time.Second)):
-			return nil, "", nil // not this task's deadline (a stale timer)
-		}
-		return o.finished(t, task.Expired), fmt.Sprintf("deadline %s passed while %s", t.ExpiresAt.Format(time.RFC3339Nano), t.State), nil
+		return o.decided(ctx, t, rev, lifecycle.DeadlinePassed(t, o.env()))
 	})
 	return ignoreNotFound(err)
 }
@@ -225,19 +210,8 @@ func (o *Orchestrator) fireDeadline(ctx context.Context, f timerFire) error {
 // dispatched again with a new execution id, or after MaxDispatches the task
 // fails naming the capability nobody served.
 func (o *Orchestrator) fireDispatch(ctx context.Context, f timerFire) error {
-	_, err := o.transition(ctx, f.ID, func(t task.Task, _ uint64) (*task.Task, string, error) {
-		if t.State != task.Ready || t.ExecutionID != f.ExecutionID {
-			return nil, "", nil // started, or already re-dispatched
-		}
-		if t.Dispatches < t.MaxDispatches {
-			next := o.readyNext(t, t.Attempt)
-			next.Dispatches = t.Dispatches + 1
-			return &next, fmt.Sprintf("not started within %s; dispatch %d of %d", t.DispatchTimeout.Std(), next.Dispatches, t.MaxDispatches), nil
-		}
-		next := o.finished(t, task.Failed)
-		reason := fmt.Sprintf("not started after %d dispatches of %s each: no executor took capability %q", t.Dispatches, t.DispatchTimeout.Std(), t.Capability)
-		next.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: *next.FinishedAt})
-		return next, reason, nil
+	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		return o.decided(ctx, t, rev, lifecycle.NotStarted(t, f.ExecutionID, o.env()))
 	})
 	return ignoreNotFound(err)
 }
