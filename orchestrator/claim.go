@@ -82,7 +82,7 @@ func (o *Orchestrator) claim(ctx context.Context, capability string, req task.Cl
 		if err != nil {
 			return task.ClaimReply{Error: err.Error()}
 		}
-		d := lifecycle.Claim(cur, rev, capability, req, o.env())
+		d := lifecycle.Claim(&cur, rev, capability, &req, o.env())
 		switch d.Verdict {
 		case lifecycle.Stale:
 			return task.ClaimReply{Error: d.Err.Error()}

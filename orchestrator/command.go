@@ -147,7 +147,7 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 	}
 	reason += byline(by)
 	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		d := lifecycle.Cancel(t, reason, o.env())
+		d := lifecycle.Cancel(&t, reason, o.env())
 		if d.Verdict == lifecycle.Refuse {
 			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
 		}
@@ -191,7 +191,7 @@ func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandR
 				return nil, "", err
 			}
 		}
-		d := lifecycle.Redrive(t, req.WithDependents, reason, o.env())
+		d := lifecycle.Redrive(&t, req.WithDependents, reason, o.env())
 		if d.Verdict == lifecycle.Refuse {
 			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
 		}

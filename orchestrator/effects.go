@@ -121,21 +121,27 @@ func (o *Orchestrator) decided(ctx context.Context, t task.Task, rev uint64, d l
 }
 
 // env is what the transition table's decisions read of this orchestrator.
-func (o *Orchestrator) env() lifecycle.Env {
-	return lifecycle.Env{
+func (o *Orchestrator) env() *lifecycle.Env {
+	return &lifecycle.Env{
 		Now:            o.now(),
-		RetryDelay:     func(n int) time.Duration { return o.cfg.Retry.Delay(n, o.cfg.Random()) },
+		RetryDelay:     o.retryDelay,
 		MaxShards:      o.cfg.Limits.MaxShards,
 		MaxShardsFlag:  "ax orchestrator --max-shards",
 		NewExecutionID: nuid.Next,
 	}
 }
 
+// retryDelay is the backoff before the retry of a failed attempt n.
+func (o *Orchestrator) retryDelay(n int) time.Duration {
+	return o.cfg.Retry.Delay(n, o.cfg.Random())
+}
+
 // ensureEffects makes sure everything that follows from a task being in its
 // current state has happened: the effects lifecycle.Effects lists, in
 // order. Every one is idempotent.
 func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint64) error {
-	for _, e := range lifecycle.Effects(t, o.now()) {
+	var buf [8]lifecycle.Effect
+	for _, e := range lifecycle.AppendEffects(buf[:0], &t, o.now()) {
 		if err := o.applyEffect(ctx, e, t, rev); err != nil {
 			return err
 		}
@@ -436,26 +442,19 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 		switch {
 		case decider == "" && len(missing) > 0:
 			return o.waitForMissing(ctx, t, rev, missing)
-		case verdict == task.VerdictCancel:
-			next = t
-			next.State = task.Cancelled
-			now := o.now()
-			next.FinishedAt = &now
-			reason = fmt.Sprintf("upstream %s is %s", decider, deciderState)
-			next.CancelledBy = decider
-			if decider == "" {
-				reason = "trigger rule any_failed: no upstream failed"
+		case verdict == task.VerdictCancel || verdict == task.VerdictRun:
+			d := lifecycle.Resolve(&t, verdict, decider, deciderState, o.env())
+			if d.Verdict != lifecycle.Apply {
+				return nil // its start timer releases it
 			}
-		case verdict == task.VerdictRun && t.StartAt != nil && t.StartAt.After(o.now()):
-			return nil // its start timer releases it
-		case verdict == task.VerdictRun:
-			if ok, why := o.gate.check(o.now(), t.Type, false); !ok {
-				if held, err := o.hold(ctx, t, rev, why, false); held || err != nil {
-					return err
+			if d.Next.State == task.Ready {
+				if ok, why := o.gate.check(o.now(), t.Type, false); !ok {
+					if held, err := o.hold(ctx, t, rev, why, false); held || err != nil {
+						return err
+					}
 				}
 			}
-			next = o.readyNext(t, 1)
-			reason = releaseReason(t, decider, deciderState)
+			next, reason = d.Next, d.Reason
 		case register && len(t.DependsOn) > task.WideFanIn:
 			// A wide fan-in counts its ended upstreams with markers;
 			// those that ended before it registered are marked here.
@@ -496,20 +495,6 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
 }
 
-// releaseReason says why a waiting task is released under its trigger
-// rule; decider is the upstream whose end released it alone, if one did.
-func releaseReason(t task.Task, decider string, deciderState task.State) string {
-	switch {
-	case len(t.DependsOn) == 0:
-		return "start time reached"
-	case decider != "":
-		return fmt.Sprintf("upstream %s is %s (trigger rule %s)", decider, deciderState, t.Trigger())
-	case t.Trigger() == task.TriggerAllEnded:
-		return "dependencies ended (trigger rule all_ended)"
-	}
-	return "dependencies succeeded"
-}
-
 // waitForMissing handles a waiting task whose upstreams in missing do not
 // exist: within the dependency timeout (from its submission) the reconciler
 // looks again soon — an upstream submitted just before may not be created
@@ -524,10 +509,11 @@ func (o *Orchestrator) waitForMissing(ctx context.Context, t task.Task, rev uint
 	giveUp := t.SubmittedAt.Add(timeout)
 	if !now.Before(giveUp) {
 		_, err := o.transitionFrom(ctx, t, rev, func(cur task.Task) (*task.Task, string) {
-			if cur.State != task.Waiting {
+			d := lifecycle.UpstreamMissing(&cur, missing[0], timeout, o.env())
+			if d.Verdict != lifecycle.Apply {
 				return nil, ""
 			}
-			return o.finished(cur, task.Cancelled), fmt.Sprintf("depends_on: task %q does not exist (waited %s, the dependency timeout)", missing[0], timeout)
+			return &d.Next, d.Reason
 		})
 		return err
 	}
@@ -794,9 +780,8 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 			// Its rule lets it run after an upstream that did not succeed.
 			return o.upstreamEnded(ctx, up, child, rev)
 		}
-		next := o.finished(child, task.Cancelled)
-		next.CancelledBy = up.ID
-		_, err = o.write(ctx, child, rev, next, fmt.Sprintf("upstream %s is %s", up.ID, up.State))
+		d := lifecycle.UpstreamEnded(&child, up.ID, up.State, o.env())
+		_, err = o.write(ctx, child, rev, &d.Next, d.Reason)
 		if err == nil {
 			// Its effects, from its own message.
 			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now(), Cascade: true})

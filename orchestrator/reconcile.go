@@ -172,7 +172,7 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		o.repaired(repairNotDispatched, t)
 		_, err = o.transition(ctx, t.ID, func(cur task.Task, rev uint64) (*task.Task, string, error) {
 			why := "reconciler: its dispatch was not taken " + now.Sub(*readyAt(cur)).Round(time.Second).String() + " after it became ready; dispatched again"
-			return o.decided(ctx, cur, rev, lifecycle.Redispatch(cur, t.ExecutionID, why, o.env()))
+			return o.decided(ctx, cur, rev, lifecycle.Redispatch(&cur, t.ExecutionID, why, o.env()))
 		})
 		return ignoreNotFound(err)
 	case task.Retrying:

@@ -59,7 +59,7 @@ func (o *Orchestrator) reopenDependent(ctx context.Context, up task.Task, id, or
 	if err != nil {
 		return fmt.Errorf("re-open dependent %s of %s: %w", id, up.ID, err)
 	}
-	if lifecycle.ReopenedBy(child, up.ID) && len(child.DependsOn) > task.WideFanIn {
+	if lifecycle.ReopenedBy(&child, up.ID) && len(child.DependsOn) > task.WideFanIn {
 		// Its counter went with its cancellation; its markers stayed.
 		n, err := o.fanin.CountExact(ctx, id)
 		if err != nil {
@@ -71,7 +71,7 @@ func (o *Orchestrator) reopenDependent(ctx context.Context, up task.Task, id, or
 	}
 	reopened := false
 	cur, err := o.transition(ctx, id, func(c task.Task, rev uint64) (*task.Task, string, error) {
-		d := lifecycle.Reopen(c, up.ID, origin, o.env())
+		d := lifecycle.Reopen(&c, up.ID, origin)
 		reopened = d.Verdict == lifecycle.Apply
 		return o.decided(ctx, c, rev, d)
 	})

@@ -83,7 +83,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		if err != nil {
 			return err
 		}
-		d := lifecycle.Report(t, rev, r, o.env())
+		d := lifecycle.Report(&t, rev, &r, o.env())
 		switch d.Verdict {
 		case lifecycle.Stale:
 			// Ignoring the report on a read older than its attempt would

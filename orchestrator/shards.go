@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/fanin"
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/task"
@@ -297,60 +297,19 @@ func (o *Orchestrator) checkFanIn(ctx context.Context, parent task.Task, by stri
 		return nil // the last shard's end moves it on (or the reconciler)
 	}
 	succeeded := counts[task.Succeeded]
-	_, err = o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
-		if t.State != task.Waiting || t.Phase != task.PhaseShards {
-			return nil, "", nil
-		}
-		summary := fmt.Sprintf("%d of %d shards succeeded", succeeded, total)
-		t = endedBy(t, by)
-		switch {
-		case succeeded < total && (t.MinShardSuccess == 0 || succeeded < minSucceeded(t.MinShardSuccess, total)):
-			return o.failedWith(t, summary+fmt.Sprintf(", below min_shard_success %v", t.MinShardSuccess)), summary + "; too few", nil
-		case t.Sharding.Aggregate:
-			next := o.readyNext(t, 1)
-			next.Phase = task.PhaseAggregate
-			next.Errors = nil
-			return &next, summary + "; aggregating", nil
-		default:
-			next := o.finished(t, task.Succeeded)
-			next.Result, _ = json.Marshal(task.ShardSummary{Shards: total, Succeeded: succeeded, NotOK: total - succeeded})
-			return next, summary, nil
-		}
+	_, err = o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		return o.decided(ctx, t, rev, lifecycle.ShardsEnded(&t, succeeded, total, by, o.env()))
 	})
 	return err
-}
-
-// minSucceeded is how many of total shards must succeed under a
-// min_shard_success fraction (rounded up; 0.7 of 10 is 7, not 7.000…1).
-func minSucceeded(fraction float64, total int) int {
-	return int(math.Ceil(fraction*float64(total) - 1e-9))
 }
 
 // failParent fails a parent still in its shard phase; by names the shard
 // that failed it, if any.
 func (o *Orchestrator) failParent(ctx context.Context, id, by, why string) error {
-	_, err := o.transition(ctx, id, func(t task.Task, _ uint64) (*task.Task, string, error) {
-		if t.State != task.Waiting || t.Phase != task.PhaseShards {
-			return nil, "", nil
-		}
-		return o.failedWith(endedBy(t, by), why), why, nil
+	_, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		return o.decided(ctx, t, rev, lifecycle.ShardsFailed(&t, by, why, o.env()))
 	})
 	return err
-}
-
-// endedBy returns t with the shard that ends its shard phase recorded.
-func endedBy(t task.Task, shard string) task.Task {
-	sh := *t.Sharding
-	sh.EndedBy = shard
-	t.Sharding = &sh
-	return t
-}
-
-// failedWith returns t failed for a reason that is not an attempt's error.
-func (o *Orchestrator) failedWith(t task.Task, why string) *task.Task {
-	next := o.finished(t, task.Failed)
-	next.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: why, At: *next.FinishedAt})
-	return next
 }
 
 // cancelShards cancels every unfinished shard of a parent that ended
@@ -363,10 +322,11 @@ func (o *Orchestrator) cancelShards(ctx context.Context, parent task.Task) error
 		g.Go(func() error {
 			ended := false
 			t, err := o.transition(gctx, task.ShardID(parent.ID, n), func(t task.Task, _ uint64) (*task.Task, string, error) {
-				if ended = t.State.Terminal(); ended {
+				d := lifecycle.Cancel(&t, reason, o.env())
+				if ended = d.Verdict == lifecycle.Refuse; ended {
 					return nil, "", nil
 				}
-				return o.finished(t, task.Cancelled), reason, nil
+				return &d.Next, d.Reason, nil
 			})
 			if errors.Is(err, store.ErrNotFound) {
 				return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/oklog/ulid/v2"
 
+	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
@@ -215,30 +216,15 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []
 			return o.duplicate(ctx, spec, existing, rev)
 		}
 	}
-	delayed := t.StartAt != nil && t.StartAt.After(now)
-	reason := "submitted"
-	switch {
-	case holder != "":
-		// Another task holds its unique key: recorded, never run.
-		t.State = task.Cancelled
-		t.FinishedAt = &now
-		t.DuplicateOf = holder
-		reason = duplicateReason(spec, holder, heldUntil)
-	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
-		t.State = task.Expired
-		t.FinishedAt = &now
-		reason = fmt.Sprintf("deadline %s had passed at submission", t.ExpiresAt.Format(time.RFC3339Nano))
-	case len(spec.DependsOn) == 0 && !delayed && o.gateOpen(now, spec.Type):
-		// The gate is asked only for a task dispatched now: a half-open
-		// breaker's probe is spent only on a dispatch.
-		t = o.readyNext(t, 1)
-	default:
-		t.State = task.Waiting
-		if delayed {
-			reason = "submitted; scheduled for " + t.StartAt.Format(time.RFC3339Nano)
-		}
+	var dupReason string
+	if holder != "" {
+		dupReason = duplicateReason(spec, holder, heldUntil)
 	}
-	rev, err := o.write(ctx, task.Task{}, 0, &t, reason)
+	env := o.env()
+	env.Now = now
+	d := lifecycle.Create(&t, holder, dupReason, func() bool { return o.gateOpen(now, spec.Type) }, env)
+	t = d.Next
+	rev, err := o.write(ctx, task.Task{}, 0, &t, d.Reason)
 	if errors.Is(err, store.ErrConflict) {
 		existing, rev, err := o.store.Get(ctx, spec.ID)
 		if err != nil {

@@ -129,7 +129,7 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 // fireRetry makes a retrying task ready for its next attempt.
 func (o *Orchestrator) fireRetry(ctx context.Context, f timerFire) error {
 	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		d := lifecycle.RetryDue(t, f.Attempt, o.env())
+		d := lifecycle.RetryDue(&t, f.Attempt, o.env())
 		switch d.Verdict {
 		case lifecycle.Replay:
 			return nil, "", o.dispatch(ctx, t, rev) // made ready before a crash
@@ -201,7 +201,7 @@ const startTimerSlack = 250 * time.Millisecond
 // wherever it is; a running handler is told to stop.
 func (o *Orchestrator) fireDeadline(ctx context.Context, f timerFire) error {
 	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		return o.decided(ctx, t, rev, lifecycle.DeadlinePassed(t, o.env()))
+		return o.decided(ctx, t, rev, lifecycle.DeadlinePassed(&t, o.env()))
 	})
 	return ignoreNotFound(err)
 }
@@ -211,7 +211,7 @@ func (o *Orchestrator) fireDeadline(ctx context.Context, f timerFire) error {
 // fails naming the capability nobody served.
 func (o *Orchestrator) fireDispatch(ctx context.Context, f timerFire) error {
 	_, err := o.transition(ctx, f.ID, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		return o.decided(ctx, t, rev, lifecycle.NotStarted(t, f.ExecutionID, o.env()))
+		return o.decided(ctx, t, rev, lifecycle.NotStarted(&t, f.ExecutionID, o.env()))
 	})
 	return ignoreNotFound(err)
 }

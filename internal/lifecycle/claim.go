@@ -28,7 +28,7 @@ type ClaimDecision struct {
 // by the executor it runs on; take over from an executor whose lease
 // lapsed when req is a redelivery. An executor may claim only tasks of the
 // capability it asks for.
-func Claim(t task.Task, rev uint64, capability string, req task.ClaimRequest, env Env) ClaimDecision {
+func Claim(t *task.Task, rev uint64, capability string, req *task.ClaimRequest, env *Env) ClaimDecision {
 	switch {
 	case rev < req.Revision:
 		// The stream leader answered behind the dispatch (one cut off by a
@@ -62,7 +62,7 @@ func Claim(t task.Task, rev uint64, capability string, req task.ClaimRequest, en
 
 // claimStart is when the claimed attempt started: the executor's time,
 // unless it is missing or ahead of the orchestrator's clock.
-func claimStart(req task.ClaimRequest, now time.Time) time.Time {
+func claimStart(req *task.ClaimRequest, now time.Time) time.Time {
 	if req.StartedAt.IsZero() || req.StartedAt.After(now) {
 		return now
 	}

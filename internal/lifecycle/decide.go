@@ -1,7 +1,9 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -70,13 +72,25 @@ type Env struct {
 	NewExecutionID func() string
 }
 
-func apply(next task.Task, reason string) Decision {
-	return Decision{Verdict: Apply, Next: next, Reason: reason}
+// A Decision holds the next record by value (a task record is most of a
+// kilobyte): the functions here build it in place, in the caller's
+// result, and never copy a record more than once. The records they are
+// given are read, not changed.
+
+// applied makes d an Apply with its reason.
+func (d *Decision) applied(reason string) Decision {
+	d.Verdict, d.Reason = Apply, reason
+	return *d
 }
 
 // Ready is t made ready for attempt under a new execution, not dispatched
 // yet, at now.
 func Ready(t task.Task, attempt int, now time.Time, executionID string) task.Task {
+	ready(&t, attempt, now, executionID)
+	return t
+}
+
+func ready(t *task.Task, attempt int, now time.Time, executionID string) {
 	t.State = task.Ready
 	t.Attempt = attempt
 	t.ExecutionID = executionID
@@ -88,19 +102,22 @@ func Ready(t task.Task, attempt int, now time.Time, executionID string) task.Tas
 	t.Dispatches = 1
 	t.Takeovers = 0
 	t.DispatchRevision = 0 // a new execution, not dispatched yet
-	return t
 }
 
 // Finished is t moved to the final state at now.
 func Finished(t task.Task, state task.State, now time.Time) task.Task {
+	finish(&t, state, now)
+	return t
+}
+
+func finish(t *task.Task, state task.State, now time.Time) {
 	t.State = state
 	t.FinishedAt = &now
-	return t
 }
 
 // Report decides what an attempt's report (r, checked for its token and
 // subject) does to the task's record t read at rev.
-func Report(t task.Task, rev uint64, r task.Report, env Env) Decision {
+func Report(t *task.Task, rev uint64, r *task.Report, env *Env) Decision {
 	switch {
 	case rev < max(r.DispatchRevision, r.ClaimRevision):
 		return Decision{Verdict: Stale, Err: fmt.Errorf("report of %s: read revision %d, older than its attempt's at %d (a stale read); trying again",
@@ -122,43 +139,65 @@ func Report(t task.Task, rev uint64, r task.Report, env Env) Decision {
 
 // Outcome computes a running (or ready) task's next record from its
 // attempt's report.
-func Outcome(t task.Task, r task.Report, env Env) Decision {
+func Outcome(t *task.Task, r *task.Report, env *Env) (d Decision) {
+	d.Next = *t
+	o := outcomeOf(r)
 	// A report comes from outside: its error and inline result are bounded
 	// here too, whatever the executor did.
-	r.Error = task.TruncateError(r.Error)
-	if r.Status == task.OutcomeSucceeded && len(r.Result) > task.InlineResultLimit {
-		r.Status, r.Permanent, r.Result = task.OutcomeFailed, true, nil
-		r.Error = fmt.Sprintf("the report's inline result is over the %d-byte limit (executors store larger results in %s)",
-			task.InlineResultLimit, subject.ObjectBucket(t.Capability))
+	o.err = task.TruncateError(o.err)
+	if o.status == task.OutcomeSucceeded && len(r.Result) > task.InlineResultLimit {
+		o.fail(fmt.Sprintf("the report's inline result is over the %d-byte limit (executors store larger results in %s)",
+			task.InlineResultLimit, subject.ObjectBucket(t.Capability)))
 	}
-	var warning string
-	if why := objectsProblem(t, r); why != "" {
-		warning = "refusing a report whose objects are not its attempt's: " + why
-		r.Status, r.Permanent, r.Error = task.OutcomeFailed, true, why
-		r.Result, r.ResultObject, r.ResultBucket, r.ResultDigest, r.Plan = nil, "", "", "", nil
+	if o.status == task.OutcomeSucceeded {
+		if why := objectsProblem(t, r); why != "" {
+			d.Warning = "refusing a report whose objects are not its attempt's: " + why
+			o.fail(why)
+		}
 	}
-	d := outcome(t, r, env)
-	d.Warning = warning
+	d.outcome(r, o, env)
 	return d
 }
 
-func outcome(t task.Task, r task.Report, env Env) Decision {
+// reported is what outcome uses of a report, after the checks that may
+// turn it into a permanent failure.
+type reported struct {
+	status    task.Outcome
+	permanent bool
+	err       string
+}
+
+func outcomeOf(r *task.Report) reported {
+	return reported{status: r.Status, permanent: r.Permanent, err: r.Error}
+}
+
+// fail turns the outcome into a permanent failure saying why (a refused
+// result is not recorded).
+func (o *reported) fail(why string) {
+	o.status, o.permanent, o.err = task.OutcomeFailed, true, why
+}
+
+func (d *Decision) outcome(r *task.Report, o reported, env *Env) {
 	now := env.Now
+	t := &d.Next
 	t.UpdatedAt = now
 	t.DispatchRevision = 0 // its dispatch was delivered: the attempt ended
 	if t.StartedAt == nil && !r.StartedAt.IsZero() {
-		t.StartedAt = &r.StartedAt
+		at := r.StartedAt
+		t.StartedAt = &at
 	}
 	if t.Executor == "" {
 		t.Executor = r.Executor
 	}
-	switch r.Status {
+	switch o.status {
 	case task.OutcomeCancelled:
 		reason := fmt.Sprintf("cancelled by its handler in attempt %d", t.Attempt)
-		if r.Error != "" {
-			reason += ": " + r.Error
+		if o.err != "" {
+			reason += ": " + o.err
 		}
-		return apply(Finished(t, task.Cancelled, now), reason)
+		finish(t, task.Cancelled, now)
+		d.applied(reason)
+		return
 	case task.OutcomeSnoozed:
 		if t.Snoozes < task.MaxSnoozes {
 			var delay time.Duration
@@ -172,27 +211,37 @@ func outcome(t task.Task, r task.Report, env Env) Decision {
 			t.Attempt--
 			t.State = task.Retrying
 			t.RetryAt = &at
-			return apply(t, fmt.Sprintf("attempt %d snoozed for %s (snooze %d of at most %d)", t.Attempt+1, delay.Round(time.Millisecond), t.Snoozes, task.MaxSnoozes))
+			d.applied(fmt.Sprintf("attempt %d snoozed for %s (snooze %d of at most %d)", t.Attempt+1, delay.Round(time.Millisecond), t.Snoozes, task.MaxSnoozes))
+			return
 		}
-		r.Status = task.OutcomeFailed
-		r.Error = fmt.Sprintf("snoozed %d times in this attempt series; the limit is %d", t.Snoozes, task.MaxSnoozes)
+		o.status = task.OutcomeFailed
+		o.err = fmt.Sprintf("snoozed %d times in this attempt series; the limit is %d", t.Snoozes, task.MaxSnoozes)
 	case task.OutcomeSucceeded:
 		if t.Shardable && t.Phase != task.PhaseAggregate {
-			return planned(t, r, env)
+			d.planned(r, env)
+			return
 		}
 		t.ResultObject = r.ResultObject
 		t.ResultBucket, t.ResultDigest = r.ResultBucket, r.ResultDigest
 		t.Result = r.Result
-		return apply(Finished(t, task.Succeeded, now), fmt.Sprintf("attempt %d succeeded", t.Attempt))
+		finish(t, task.Succeeded, now)
+		d.applied(fmt.Sprintf("attempt %d succeeded", t.Attempt))
+		return
 	}
-	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: r.Error, At: now})
+	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: o.err, At: now})
 	switch {
 	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
-		return apply(Finished(t, task.Expired, now), fmt.Sprintf("deadline %s passed while running", t.ExpiresAt.Format(time.RFC3339Nano)))
-	case r.Permanent:
-		return apply(Finished(t, task.Failed, now), fmt.Sprintf("attempt %d failed permanently: %s", t.Attempt, r.Error))
+		finish(t, task.Expired, now)
+		d.applied(fmt.Sprintf("deadline %s passed while running", t.ExpiresAt.Format(time.RFC3339Nano)))
+		return
+	case o.permanent:
+		finish(t, task.Failed, now)
+		d.applied(fmt.Sprintf("attempt %d failed permanently: %s", t.Attempt, o.err))
+		return
 	case t.Attempt > t.RetryLimit():
-		return apply(Finished(t, task.Failed, now), fmt.Sprintf("retries exhausted after %d attempts: %s", t.Attempt, r.Error))
+		finish(t, task.Failed, now)
+		d.applied(fmt.Sprintf("retries exhausted after %d attempts: %s", t.Attempt, o.err))
+		return
 	}
 	delay := env.RetryDelay(t.Attempt)
 	if r.RetryAfter != nil && *r.RetryAfter > 0 {
@@ -201,36 +250,40 @@ func outcome(t task.Task, r task.Report, env Env) Decision {
 	at := now.Add(delay)
 	t.State = task.Retrying
 	t.RetryAt = &at
-	return apply(t, fmt.Sprintf("attempt %d failed: %s; retry in %s", t.Attempt, r.Error, delay.Round(time.Millisecond)))
+	d.applied(fmt.Sprintf("attempt %d failed: %s; retry in %s", t.Attempt, o.err, delay.Round(time.Millisecond)))
 }
 
 // planned is a shardable task's planner succeeding: it waits for its
 // shards, or fails when the plan is unusable.
-func planned(t task.Task, r task.Report, env Env) Decision {
-	fail := func(why string) Decision {
+func (d *Decision) planned(r *task.Report, env *Env) {
+	t := &d.Next
+	fail := func(why string) {
 		t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: r.ExecutionID, Executor: r.Executor, Error: why, At: env.Now})
-		return apply(Finished(t, task.Failed, env.Now), "plan rejected: "+why)
+		finish(t, task.Failed, env.Now)
+		d.applied("plan rejected: " + why)
 	}
 	switch {
 	case r.Plan == nil:
-		return fail("the planner reported no plan (is the type registered with executor.HandleShards on " + r.Executor + "?)")
+		fail("the planner reported no plan (is the type registered with executor.HandleShards on " + r.Executor + "?)")
+		return
 	case r.Plan.Shards < 0 || r.Plan.Shards > env.MaxShards:
 		src := ""
 		if env.MaxShards < task.MaxShards && env.MaxShardsFlag != "" {
 			src = " (" + env.MaxShardsFlag + ")"
 		}
-		return fail(fmt.Sprintf("the planner returned %d shards; the limit is %d%s", r.Plan.Shards, env.MaxShards, src))
+		fail(fmt.Sprintf("the planner returned %d shards; the limit is %d%s", r.Plan.Shards, env.MaxShards, src))
+		return
 	}
 	t.State = task.Waiting
 	t.Phase = task.PhaseShards
 	t.Sharding = &task.Sharding{PlanRef: *r.Plan, PlannedAt: env.Now}
-	return apply(t, fmt.Sprintf("attempt %d planned %d shards", t.Attempt, r.Plan.Shards))
+	d.applied(fmt.Sprintf("attempt %d planned %d shards", t.Attempt, r.Plan.Shards))
 }
 
 // objectsProblem says what is wrong with the objects a successful report
 // names: its result object and its plan must be its attempt's, in its
 // capability's object store (or the legacy one) with a valid digest.
-func objectsProblem(t task.Task, r task.Report) string {
+func objectsProblem(t *task.Task, r *task.Report) string {
 	if r.Status != task.OutcomeSucceeded {
 		return ""
 	}
@@ -265,7 +318,7 @@ func ObjectRefProblem(what, name, want, bucket, digest, capability string) strin
 
 // RetryDue decides a retry timer for attempt firing on t: ready for the
 // next attempt (a snooze's end runs the same attempt again).
-func RetryDue(t task.Task, attempt int, env Env) Decision {
+func RetryDue(t *task.Task, attempt int, env *Env) (d Decision) {
 	switch {
 	case t.State == task.Retrying && t.Attempt == attempt:
 	case t.State == task.Ready && t.Attempt == attempt+1:
@@ -278,12 +331,13 @@ func RetryDue(t task.Task, attempt int, env Env) Decision {
 	default:
 		return Decision{Verdict: Ignore} // cancelled, re-driven or handled already
 	}
-	next := Ready(t, t.Attempt+1, env.Now, env.NewExecutionID())
+	d.Next = *t
+	ready(&d.Next, t.Attempt+1, env.Now, env.NewExecutionID())
 	if t.Snoozed {
-		next.Snoozed = false
-		return apply(next, fmt.Sprintf("snooze %d over; attempt %d runs again", t.Snoozes, next.Attempt))
+		d.Next.Snoozed = false
+		return d.applied(fmt.Sprintf("snooze %d over; attempt %d runs again", t.Snoozes, d.Next.Attempt))
 	}
-	return apply(next, fmt.Sprintf("retry %d of %d", attempt, t.RetryLimit()))
+	return d.applied(fmt.Sprintf("retry %d of %d", attempt, t.RetryLimit()))
 }
 
 // deadlineSlack is how early a deadline timer may fire (the server's
@@ -292,7 +346,7 @@ const deadlineSlack = time.Second
 
 // DeadlinePassed decides a deadline timer firing on t: expired, wherever
 // it is (a running handler is told to stop by the effects).
-func DeadlinePassed(t task.Task, env Env) Decision {
+func DeadlinePassed(t *task.Task, env *Env) (d Decision) {
 	switch {
 	case t.State == task.Expired:
 		return Decision{Verdict: Replay} // applied before a crash
@@ -301,56 +355,61 @@ func DeadlinePassed(t task.Task, env Env) Decision {
 	case t.ExpiresAt == nil || t.ExpiresAt.After(env.Now.Add(deadlineSlack)):
 		return Decision{Verdict: Ignore} // not this task's deadline (a stale timer)
 	}
-	return apply(Finished(t, task.Expired, env.Now), fmt.Sprintf("deadline %s passed while %s", t.ExpiresAt.Format(time.RFC3339Nano), t.State))
+	d.Next = *t
+	finish(&d.Next, task.Expired, env.Now)
+	return d.applied(fmt.Sprintf("deadline %s passed while %s", t.ExpiresAt.Format(time.RFC3339Nano), t.State))
 }
 
 // NotStarted decides a dispatch timer of executionID firing on t: no
 // executor started it in time, so it is dispatched again under a new
 // execution, or after MaxDispatches fails naming the capability nobody
 // served.
-func NotStarted(t task.Task, executionID string, env Env) Decision {
+func NotStarted(t *task.Task, executionID string, env *Env) (d Decision) {
 	if t.State != task.Ready || t.ExecutionID != executionID {
 		return Decision{Verdict: Ignore} // started, or dispatched again already
 	}
+	d.Next = *t
 	if t.Dispatches < t.MaxDispatches {
-		next := Ready(t, t.Attempt, env.Now, env.NewExecutionID())
-		next.Dispatches = t.Dispatches + 1
-		return apply(next, fmt.Sprintf("not started within %s; dispatch %d of %d", t.DispatchTimeout.Std(), next.Dispatches, t.MaxDispatches))
+		ready(&d.Next, t.Attempt, env.Now, env.NewExecutionID())
+		d.Next.Dispatches = t.Dispatches + 1
+		return d.applied(fmt.Sprintf("not started within %s; dispatch %d of %d", t.DispatchTimeout.Std(), d.Next.Dispatches, t.MaxDispatches))
 	}
-	next := Finished(t, task.Failed, env.Now)
+	finish(&d.Next, task.Failed, env.Now)
 	reason := fmt.Sprintf("not started after %d dispatches of %s each: no executor took capability %q", t.Dispatches, t.DispatchTimeout.Std(), t.Capability)
-	next.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: env.Now})
-	return apply(next, reason)
+	d.Next.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: reason, At: env.Now})
+	return d.applied(reason)
 }
 
 // Cancel decides a cancel request: an unfinished task ends cancelled (its
 // handler, if one runs, is told to stop by the effects).
-func Cancel(t task.Task, reason string, env Env) Decision {
+func Cancel(t *task.Task, reason string, env *Env) (d Decision) {
 	if t.State.Terminal() {
 		return Decision{Verdict: Refuse, Err: fmt.Errorf("task %s is already %s", t.ID, t.State)}
 	}
-	return apply(Finished(t, task.Cancelled, env.Now), reason)
+	d.Next = *t
+	finish(&d.Next, task.Cancelled, env.Now)
+	return d.applied(reason)
 }
 
 // Redispatch decides the reconciler's finding that the dispatch of
 // executionID is lost (gone from its level, or held by an orchestrator
 // that died): dispatched again under a new execution, so that an executor
 // holding an old copy cannot report it. The dispatches counted stay.
-func Redispatch(t task.Task, executionID, reason string, env Env) Decision {
+func Redispatch(t *task.Task, executionID, reason string, env *Env) (d Decision) {
 	if t.State != task.Ready || t.ExecutionID != executionID {
 		return Decision{Verdict: Ignore} // moved on meanwhile
 	}
-	next := Ready(t, t.Attempt, env.Now, env.NewExecutionID())
-	next.Dispatches = t.Dispatches
-	return apply(next, reason)
+	d.Next = *t
+	ready(&d.Next, t.Attempt, env.Now, env.NewExecutionID())
+	d.Next.Dispatches = t.Dispatches
+	return d.applied(reason)
 }
 
 // Redrive decides an operator's re-drive of a failed task: a fresh attempt
 // series. withDependents asks to re-open the dependents its failure
 // cancelled too (the caller does that): a task re-driven before is then
-// left as it is, so the request re-opens only. A ready task re-driven
-// before is a replayed request: its dispatch is made sure of first.
-func Redrive(t task.Task, withDependents bool, reason string, env Env) Decision {
+// left as it is, so the request re-opens only.
+func Redrive(t *task.Task, withDependents bool, reason string, env *Env) (d Decision) {
 	switch {
 	case t.IsShard():
 		// Whatever its state: a shard's own end (failed, or cancelled by a
@@ -363,31 +422,190 @@ func Redrive(t task.Task, withDependents bool, reason string, env Env) Decision 
 	case t.Phase == task.PhaseShards:
 		return Decision{Verdict: Refuse, Err: fmt.Errorf("task %s failed in its shard phase (%s); submit it again under a new id to re-plan", t.ID, t.Reason)}
 	}
-	next := Ready(t, 1, env.Now, env.NewExecutionID())
-	next.Errors = nil
-	next.Result = nil
-	next.Redrives++
-	next.Snoozes, next.Snoozed = 0, false
-	return apply(next, reason)
+	d.Next = *t
+	ready(&d.Next, 1, env.Now, env.NewExecutionID())
+	d.Next.Errors = nil
+	d.Next.Result = nil
+	d.Next.Redrives++
+	d.Next.Snoozes, d.Next.Snoozed = 0, false
+	return d.applied(reason)
 }
 
 // Reopen decides the re-drive (with dependents) of upstream reaching a
 // dependent t that upstream's failure cancelled: it waits again for its
-// dependencies. A record cancelled before CancelledBy existed names the
-// upstream in its reason.
-func Reopen(t task.Task, upstream, origin string, env Env) Decision {
+// dependencies.
+func Reopen(t *task.Task, upstream, origin string) (d Decision) {
 	if !ReopenedBy(t, upstream) {
 		return Decision{Verdict: Ignore}
 	}
-	t.State = task.Waiting
-	t.FinishedAt = nil
-	t.CancelledBy = ""
-	return apply(t, "re-opened by "+origin)
+	d.Next = *t
+	d.Next.State = task.Waiting
+	d.Next.FinishedAt = nil
+	d.Next.CancelledBy = ""
+	return d.applied("re-opened by " + origin)
 }
 
 // ReopenedBy reports whether a re-drive of upstream with its dependents
-// re-opens t: t was cancelled by upstream's failure.
-func ReopenedBy(t task.Task, upstream string) bool {
+// re-opens t: t was cancelled by upstream's failure. A record cancelled
+// before CancelledBy existed names the upstream in its reason.
+func ReopenedBy(t *task.Task, upstream string) bool {
 	return t.State == task.Cancelled && (t.CancelledBy == upstream ||
 		t.CancelledBy == "" && strings.HasPrefix(t.Reason, "upstream "+upstream+" is "))
+}
+
+// Resolve decides a waiting task t by its trigger rule's verdict over its
+// upstreams (task.TriggerRule): cancelled (naming decider, the upstream
+// whose end decided it alone, in state deciderState; "" for a rule decided
+// by all of them), or released for its first attempt — unless its start
+// time is still ahead (its start timer releases it then). Any other
+// verdict leaves it waiting. Pauses and breakers hold a release after this
+// decision (admission).
+func Resolve(t *task.Task, verdict task.Verdict, decider string, deciderState task.State, env *Env) (d Decision) {
+	if t.State != task.Waiting {
+		return Decision{Verdict: Ignore}
+	}
+	switch {
+	case verdict == task.VerdictCancel && decider == "":
+		d.Next = *t
+		finish(&d.Next, task.Cancelled, env.Now)
+		return d.applied("trigger rule any_failed: no upstream failed")
+	case verdict == task.VerdictCancel:
+		return UpstreamEnded(t, decider, deciderState, env)
+	case verdict == task.VerdictRun && t.StartAt != nil && t.StartAt.After(env.Now):
+		return Decision{Verdict: Ignore} // its start timer releases it
+	case verdict == task.VerdictRun:
+		d.Next = *t
+		ready(&d.Next, 1, env.Now, env.NewExecutionID())
+		return d.applied(releaseReason(t, decider, deciderState))
+	}
+	return Decision{Verdict: Ignore}
+}
+
+// releaseReason says why a waiting task is released under its trigger
+// rule; decider is the upstream whose end released it alone, if one did.
+func releaseReason(t *task.Task, decider string, deciderState task.State) string {
+	switch {
+	case len(t.DependsOn) == 0:
+		return "start time reached"
+	case decider != "":
+		return fmt.Sprintf("upstream %s is %s (trigger rule %s)", decider, deciderState, t.Trigger())
+	case t.Trigger() == task.TriggerAllEnded:
+		return "dependencies ended (trigger rule all_ended)"
+	}
+	return "dependencies succeeded"
+}
+
+// UpstreamEnded decides an unfinished dependent t whose upstream ended in
+// state without succeeding, under a rule that needs it to succeed: t is
+// cancelled, naming the upstream (a re-drive of the upstream with its
+// dependents re-opens it: Reopen).
+func UpstreamEnded(t *task.Task, upstream string, state task.State, env *Env) (d Decision) {
+	if t.State.Terminal() {
+		return Decision{Verdict: Ignore}
+	}
+	d.Next = *t
+	finish(&d.Next, task.Cancelled, env.Now)
+	d.Next.CancelledBy = upstream
+	return d.applied(fmt.Sprintf("upstream %s is %s", upstream, state))
+}
+
+// UpstreamMissing decides a waiting task whose upstream missing still does
+// not exist after the dependency timeout (from its submission): cancelled,
+// naming it.
+func UpstreamMissing(t *task.Task, missing string, timeout time.Duration, env *Env) (d Decision) {
+	if t.State != task.Waiting {
+		return Decision{Verdict: Ignore}
+	}
+	d.Next = *t
+	finish(&d.Next, task.Cancelled, env.Now)
+	return d.applied(fmt.Sprintf("depends_on: task %q does not exist (waited %s, the dependency timeout)", missing, timeout))
+}
+
+// ShardsEnded decides a sharded parent t in its shard phase once all total
+// shards ended, succeeded of them successfully (by names the shard whose
+// end was the last): it fails when fewer succeeded than its
+// min_shard_success asks (all, without one), runs its aggregator when it
+// has one, or succeeds with a summary.
+func ShardsEnded(t *task.Task, succeeded, total int, by string, env *Env) (d Decision) {
+	if t.State != task.Waiting || t.Phase != task.PhaseShards || t.Sharding == nil {
+		return Decision{Verdict: Ignore}
+	}
+	summary := fmt.Sprintf("%d of %d shards succeeded", succeeded, total)
+	d.Next = *t
+	endedBy(&d.Next, by)
+	switch {
+	case succeeded < total && (t.MinShardSuccess == 0 || succeeded < MinSucceeded(t.MinShardSuccess, total)):
+		failWith(&d.Next, summary+fmt.Sprintf(", below min_shard_success %v", t.MinShardSuccess), env.Now)
+		return d.applied(summary + "; too few")
+	case t.Sharding.Aggregate:
+		ready(&d.Next, 1, env.Now, env.NewExecutionID())
+		d.Next.Phase = task.PhaseAggregate
+		d.Next.Errors = nil
+		return d.applied(summary + "; aggregating")
+	}
+	finish(&d.Next, task.Succeeded, env.Now)
+	d.Next.Result, _ = json.Marshal(task.ShardSummary{Shards: total, Succeeded: succeeded, NotOK: total - succeeded})
+	return d.applied(summary)
+}
+
+// MinSucceeded is how many of total shards must succeed under a
+// min_shard_success fraction (rounded up; 0.7 of 10 is 7, not 7.000…1).
+func MinSucceeded(fraction float64, total int) int {
+	return int(math.Ceil(fraction*float64(total) - 1e-9))
+}
+
+// ShardsFailed decides a sharded parent t still in its shard phase that
+// its shards' failures fail (why; by names the shard, if one did).
+func ShardsFailed(t *task.Task, by, why string, env *Env) (d Decision) {
+	if t.State != task.Waiting || t.Phase != task.PhaseShards || t.Sharding == nil {
+		return Decision{Verdict: Ignore}
+	}
+	d.Next = *t
+	endedBy(&d.Next, by)
+	failWith(&d.Next, why, env.Now)
+	return d.applied(why)
+}
+
+// endedBy records the shard that ends t's shard phase.
+func endedBy(t *task.Task, shard string) {
+	sh := *t.Sharding
+	sh.EndedBy = shard
+	t.Sharding = &sh
+}
+
+// failWith fails t for a reason that is not an attempt's error.
+func failWith(t *task.Task, why string, now time.Time) {
+	finish(t, task.Failed, now)
+	t.AddError(task.AttemptError{Attempt: t.Attempt, ExecutionID: t.ExecutionID, Error: why, At: now})
+}
+
+// Create decides a new task's first record from t (its spec and times
+// set, no state yet): cancelled when another task holds its unique key
+// (duplicateOf, saying why in duplicateReason), expired when its deadline
+// had passed, ready for its first attempt when nothing holds it back and
+// admit agrees (asked only then: a half-open breaker's probe is spent only
+// on a dispatch), else waiting (for its dependencies, its start time, or
+// its admission, which its effects decide).
+func Create(t *task.Task, duplicateOf, duplicateReason string, admit func() bool, env *Env) (d Decision) {
+	d.Next = *t
+	n := &d.Next
+	delayed := t.StartAt != nil && t.StartAt.After(env.Now)
+	switch {
+	case duplicateOf != "":
+		// Recorded, never run.
+		finish(n, task.Cancelled, env.Now)
+		n.DuplicateOf = duplicateOf
+		return d.applied(duplicateReason)
+	case t.ExpiresAt != nil && !env.Now.Before(*t.ExpiresAt):
+		finish(n, task.Expired, env.Now)
+		return d.applied(fmt.Sprintf("deadline %s had passed at submission", t.ExpiresAt.Format(time.RFC3339Nano)))
+	case len(t.DependsOn) == 0 && !delayed && admit():
+		ready(n, 1, env.Now, env.NewExecutionID())
+		return d.applied("submitted")
+	case delayed:
+		n.State = task.Waiting
+		return d.applied("submitted; scheduled for " + t.StartAt.Format(time.RFC3339Nano))
+	}
+	n.State = task.Waiting
+	return d.applied("submitted")
 }

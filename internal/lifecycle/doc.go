@@ -12,5 +12,16 @@
 // this task's); Replay makes sure the current record's effects happened
 // (the event was applied already, its effects may not have been); Stale
 // reads again (the record read is older than the event: a stream leader
-// that was behind answered, and ignoring the event would strand the task).
+// that was behind answered, and ignoring the event would strand the task);
+// Refuse answers a command that the record does not allow.
+//
+// What is decided here: creation (Create), an attempt's report (Report),
+// a claim (Claim), the retry, deadline and dispatch timers (RetryDue,
+// DeadlinePassed, NotStarted), the reconciler's re-dispatch (Redispatch),
+// commands (Cancel, Redrive, Reopen), dependencies (Resolve,
+// UpstreamEnded, UpstreamMissing) and shards (ShardsEnded, ShardsFailed).
+// What is not: admission — key limits, pauses and breakers, fairness —
+// which keeps a ready or waiting task where it is with a reason (a record
+// in the same state), and the bookkeeping records of a task's dependents
+// and shards; those stay in the orchestrator.
 package lifecycle

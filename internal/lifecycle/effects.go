@@ -72,8 +72,13 @@ func (e Effect) String() string {
 // applied. Every unfinished task's list holds its durable trigger (see
 // Trigger), except a running task's, whose dispatch, delivered and not yet
 // acknowledged, is its trigger.
-func Effects(t task.Task, now time.Time) []Effect {
-	var out []Effect
+func Effects(t *task.Task, now time.Time) []Effect {
+	return AppendEffects(nil, t, now)
+}
+
+// AppendEffects appends Effects(t, now) to out (a caller's buffer: at most
+// six effects follow from a record).
+func AppendEffects(out []Effect, t *task.Task, now time.Time) []Effect {
 	if t.State.Terminal() {
 		out = append(out, DisarmTimers, ArmForget, EndFanIn)
 	}

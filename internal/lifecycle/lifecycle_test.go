@@ -14,9 +14,9 @@ import (
 
 var now = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-func env() Env {
+func env() *Env {
 	n := 0
-	return Env{
+	return &Env{
 		Now:            now,
 		RetryDelay:     func(a int) time.Duration { return time.Duration(a) * time.Second },
 		MaxShards:      100,
@@ -40,6 +40,8 @@ func records() []task.Task {
 					switch shape {
 					case "shards":
 						t.Shardable, t.Phase = true, task.PhaseShards
+						t.Sharding = &task.Sharding{PlanRef: task.PlanRef{Shards: 3, Aggregate: attempt == 3}}
+						t.DependsOn = []string{"p"}
 					case "aggregate":
 						t.Shardable, t.Phase = true, task.PhaseAggregate
 					case "parked":
@@ -74,7 +76,7 @@ func records() []task.Task {
 // after it and settle its dependents exactly once.
 func TestEveryUnfinishedTaskHasADurableTrigger(t *testing.T) {
 	for _, r := range records() {
-		fx := Effects(r, now)
+		fx := Effects(&r, now)
 		name := fmt.Sprintf("%s attempt %d key %q phase %q parked %v start %v: %v", r.State, r.Attempt, r.ConcurrencyKey, r.Phase, r.Parked, r.StartAt, fx)
 		has := func(e Effect) bool { return slices.Contains(fx, e) }
 		count := func(es ...Effect) (n int) {
@@ -149,30 +151,40 @@ func events() []event {
 				for _, plan := range []*task.PlanRef{nil, {Shards: 3, Object: task.PlanObject("t1", "e1")}, {Shards: 1000, Object: task.PlanObject("t1", "e1")}} {
 					rep := task.Report{ID: "t1", Type: "email", ExecutionID: exec, Executor: "x2", Status: st, Permanent: perm, Error: "boom", Plan: plan, StartedAt: now.Add(-time.Second)}
 					out = append(out, event{name: fmt.Sprintf("report %s permanent %v exec %s plan %v", st, perm, exec, plan),
-						decide: func(r task.Task) Decision { return Report(r, 10, rep, env()) }, fenced: true})
+						decide: func(r task.Task) Decision { return Report(&r, 10, &rep, env()) }, fenced: true})
 				}
 			}
 		}
 	}
 	stale := task.Report{ID: "t1", Type: "email", ExecutionID: "e1", Status: task.OutcomeSucceeded, DispatchRevision: 11}
-	out = append(out, event{name: "report read stale", decide: func(r task.Task) Decision { return Report(r, 10, stale, env()) }, fenced: true})
+	out = append(out, event{name: "report read stale", decide: func(r task.Task) Decision { return Report(&r, 10, &stale, env()) }, fenced: true})
 	for _, a := range []int{0, 1, 2, 3, 5, 6} {
-		out = append(out, event{name: fmt.Sprint("retry due of attempt ", a), decide: func(r task.Task) Decision { return RetryDue(r, a, env()) }})
+		out = append(out, event{name: fmt.Sprint("retry due of attempt ", a), decide: func(r task.Task) Decision { return RetryDue(&r, a, env()) }})
 	}
 	out = append(out,
-		event{name: "deadline", decide: func(r task.Task) Decision { return DeadlinePassed(r, env()) }},
-		event{name: "not started e1", decide: func(r task.Task) Decision { return NotStarted(r, "e1", env()) }, fenced: true},
-		event{name: "not started e0", decide: func(r task.Task) Decision { return NotStarted(r, "e0", env()) }, fenced: true},
-		event{name: "cancel", decide: func(r task.Task) Decision { return Cancel(r, "by request", env()) }},
-		event{name: "redispatch e1", decide: func(r task.Task) Decision { return Redispatch(r, "e1", "lost", env()) }, fenced: true},
-		event{name: "redispatch e0", decide: func(r task.Task) Decision { return Redispatch(r, "e0", "lost", env()) }, fenced: true},
-		event{name: "redrive", decide: func(r task.Task) Decision { return Redrive(r, false, "by hand", env()) }, revives: true},
-		event{name: "redrive with dependents", decide: func(r task.Task) Decision { return Redrive(r, true, "by hand", env()) }, revives: true},
+		event{name: "deadline", decide: func(r task.Task) Decision { return DeadlinePassed(&r, env()) }},
+		event{name: "not started e1", decide: func(r task.Task) Decision { return NotStarted(&r, "e1", env()) }, fenced: true},
+		event{name: "not started e0", decide: func(r task.Task) Decision { return NotStarted(&r, "e0", env()) }, fenced: true},
+		event{name: "cancel", decide: func(r task.Task) Decision { return Cancel(&r, "by request", env()) }},
+		event{name: "redispatch e1", decide: func(r task.Task) Decision { return Redispatch(&r, "e1", "lost", env()) }, fenced: true},
+		event{name: "redispatch e0", decide: func(r task.Task) Decision { return Redispatch(&r, "e0", "lost", env()) }, fenced: true},
+		event{name: "redrive", decide: func(r task.Task) Decision { return Redrive(&r, false, "by hand", env()) }, revives: true},
+		event{name: "redrive with dependents", decide: func(r task.Task) Decision { return Redrive(&r, true, "by hand", env()) }, revives: true},
 		event{name: "reopen by p", decide: func(r task.Task) Decision {
 			r.CancelledBy = "p"
-			return Reopen(r, "p", "redrive of p", env())
+			return Reopen(&r, "p", "redrive of p")
 		}, revives: true},
-		event{name: "reopen by q", decide: func(r task.Task) Decision { return Reopen(r, "q", "redrive of q", env()) }, revives: true},
+		event{name: "reopen by q", decide: func(r task.Task) Decision { return Reopen(&r, "q", "redrive of q") }, revives: true},
+		event{name: "resolve run", decide: func(r task.Task) Decision { return Resolve(&r, task.VerdictRun, "", "", env()) }},
+		event{name: "resolve run by p", decide: func(r task.Task) Decision { return Resolve(&r, task.VerdictRun, "p", task.Failed, env()) }},
+		event{name: "resolve cancel", decide: func(r task.Task) Decision { return Resolve(&r, task.VerdictCancel, "", "", env()) }},
+		event{name: "resolve cancel by p", decide: func(r task.Task) Decision { return Resolve(&r, task.VerdictCancel, "p", task.Failed, env()) }},
+		event{name: "resolve wait", decide: func(r task.Task) Decision { return Resolve(&r, task.VerdictWait, "", "", env()) }},
+		event{name: "upstream p failed", decide: func(r task.Task) Decision { return UpstreamEnded(&r, "p", task.Failed, env()) }},
+		event{name: "upstream missing", decide: func(r task.Task) Decision { return UpstreamMissing(&r, "p", time.Minute, env()) }},
+		event{name: "shards ended 3 of 3", decide: func(r task.Task) Decision { return ShardsEnded(&r, 3, 3, "s", env()) }},
+		event{name: "shards ended 1 of 3", decide: func(r task.Task) Decision { return ShardsEnded(&r, 1, 3, "s", env()) }},
+		event{name: "shards failed", decide: func(r task.Task) Decision { return ShardsFailed(&r, "s", "a shard failed", env()) }},
 	)
 	return out
 }
@@ -215,10 +227,19 @@ func TestDecisionsFollowTheTable(t *testing.T) {
 				t.Errorf("%s: retrying without a retry time", name)
 			case n.State == task.Ready && (n.ExecutionID == r.ExecutionID || n.DispatchRevision != 0 || n.ReadyAt == nil):
 				t.Errorf("%s: ready without a new execution", name)
-			case n.Attempt < r.Attempt && !(n.Snoozed && n.Attempt == r.Attempt-1) && !(ev.revives && n.Attempt <= 1):
+			// Attempts only grow, one at a time, except: a snooze runs
+			// the same attempt again; a re-drive and a release from
+			// waiting (an aggregator after its shards) start a series.
+			case n.Attempt < r.Attempt && !(n.Snoozed && n.Attempt == r.Attempt-1) && !((ev.revives || r.State == task.Waiting) && n.Attempt <= 1):
 				t.Errorf("%s: attempt %d → %d", name, r.Attempt, n.Attempt)
-			case n.Attempt > r.Attempt+1 && !ev.revives:
+			case n.Attempt > r.Attempt+1 && !ev.revives && r.State != task.Waiting:
 				t.Errorf("%s: attempt %d → %d skips", name, r.Attempt, n.Attempt)
+			}
+			if n.State == task.Succeeded && r.Phase == task.PhaseShards && n.Result == nil {
+				t.Errorf("%s: a parent succeeded without its shards' summary", name)
+			}
+			if n.State == task.Cancelled && strings.Contains(ev.name, " by p") != (n.CancelledBy == "p") && !strings.HasPrefix(ev.name, "upstream p") {
+				t.Errorf("%s: cancelled by %q", name, n.CancelledBy)
 			}
 			if ev.fenced && strings.Contains(ev.name, "e0") {
 				t.Errorf("%s: another execution moved the task", name)
@@ -230,7 +251,7 @@ func TestDecisionsFollowTheTable(t *testing.T) {
 	}
 	// The events reach the table's edges the executors and timers drive.
 	for _, edge := range []string{"ready→succeeded", "running→succeeded", "running→retrying", "running→failed", "running→waiting",
-		"running→cancelled", "running→expired", "retrying→ready", "ready→ready", "ready→failed", "waiting→cancelled", "retrying→expired", "failed→ready", "cancelled→waiting"} {
+		"running→cancelled", "running→expired", "retrying→ready", "ready→ready", "ready→failed", "waiting→cancelled", "retrying→expired", "failed→ready", "cancelled→waiting", "waiting→ready", "waiting→failed", "waiting→succeeded"} {
 		if !applied[edge] {
 			t.Errorf("no event moved a task %s", edge)
 		}
@@ -278,19 +299,19 @@ func TestReportOutcomes(t *testing.T) {
 			rec = c.on(rec)
 		}
 		c.r.ID, c.r.Type, c.r.ExecutionID = "t1", "email", "e1"
-		d := Report(rec, 1, c.r, env())
+		d := Report(&rec, 1, &c.r, env())
 		if d.Verdict != Apply || d.Next.State != c.state || !strings.Contains(d.Reason, c.reason) {
 			t.Errorf("%s: %s %s %q, want %s with %q", c.name, d.Verdict, d.Next.State, d.Reason, c.state, c.reason)
 		}
 	}
-	snoozed := Report(running, 1, task.Report{ID: "t1", Type: "email", ExecutionID: "e1", Status: task.OutcomeSnoozed, RetryAfter: &d2}, env()).Next
+	snoozed := Report(&running, 1, &task.Report{ID: "t1", Type: "email", ExecutionID: "e1", Status: task.OutcomeSnoozed, RetryAfter: &d2}, env()).Next
 	if snoozed.Attempt != 1 || snoozed.Snoozes != 1 || !snoozed.Snoozed || !snoozed.RetryAt.Equal(now.Add(time.Minute)) || len(snoozed.Errors) != 0 {
 		t.Errorf("a snooze runs the same attempt again, counting no failure: %+v", snoozed)
 	}
-	if d := Report(running, 1, task.Report{ID: "t1", Type: "sms", ExecutionID: "e1", Status: task.OutcomeSucceeded}, env()); d.Verdict != Ignore || d.Warning == "" {
+	if d := Report(&running, 1, &task.Report{ID: "t1", Type: "sms", ExecutionID: "e1", Status: task.OutcomeSucceeded}, env()); d.Verdict != Ignore || d.Warning == "" {
 		t.Errorf("a report naming another type: %s, warning %q", d.Verdict, d.Warning)
 	}
-	if d := Report(running, 1, task.Report{ID: "t1", Type: "email", ExecutionID: "e1", Status: task.OutcomeSucceeded,
+	if d := Report(&running, 1, &task.Report{ID: "t1", Type: "email", ExecutionID: "e1", Status: task.OutcomeSucceeded,
 		ResultObject: task.ResultObjectName("t1", "e0")}, env()); d.Warning == "" {
 		t.Error("a report refused for its objects is not flagged for the operator")
 	}
@@ -353,7 +374,7 @@ func TestClaims(t *testing.T) {
 		{"a redelivery", running, 5, "email", req("e1", "x2", 2, false), Apply, task.ClaimGranted, true},
 		{"a first delivery, running", running, 5, "email", req("e1", "x2", 1, false), Ignore, task.ClaimRunningElsewhere, false},
 	} {
-		d := Claim(c.rec, c.rev, c.capab, c.req, env())
+		d := Claim(&c.rec, c.rev, c.capab, &c.req, env())
 		if d.Verdict != c.verdict || d.Status != c.status || d.TakeOver != c.takeOver {
 			t.Errorf("%s: %s %s takeover %v, want %s %s %v", c.name, d.Verdict, d.Status, d.TakeOver, c.verdict, c.status, c.takeOver)
 		}
@@ -365,7 +386,7 @@ func TestClaims(t *testing.T) {
 		}
 	}
 	future := task.ClaimRequest{ID: "t1", ExecutionID: "e1", Executor: "x1", StartedAt: now.Add(time.Hour)}
-	if d := Claim(ready, 5, "email", future, env()); !d.Next.StartedAt.Equal(now) {
+	if d := Claim(&ready, 5, "email", &future, env()); !d.Next.StartedAt.Equal(now) {
 		t.Errorf("a start time ahead of the orchestrator's clock: %v", d.Next.StartedAt)
 	}
 }
@@ -373,35 +394,73 @@ func TestClaims(t *testing.T) {
 // TestCommands: what re-drives and re-opens refuse, and what they reset.
 func TestCommands(t *testing.T) {
 	failed := task.Task{Spec: task.Spec{ID: "t1"}, State: task.Failed, Attempt: 6, Snoozes: 3, Errors: []task.AttemptError{{Error: "boom"}}}
-	d := Redrive(failed, false, "by hand", env())
+	d := Redrive(&failed, false, "by hand", env())
 	if d.Verdict != Apply || d.Next.State != task.Ready || d.Next.Attempt != 1 || d.Next.Redrives != 1 || d.Next.Errors != nil || d.Next.Snoozes != 0 {
 		t.Errorf("re-drive: %s %+v", d.Verdict, d.Next)
 	}
 	shard := failed
 	shard.Parent = "p"
-	if d := Redrive(shard, false, "", env()); d.Verdict != Refuse || !strings.Contains(d.Err.Error(), "shards run again only with their parent") {
+	if d := Redrive(&shard, false, "", env()); d.Verdict != Refuse || !strings.Contains(d.Err.Error(), "shards run again only with their parent") {
 		t.Errorf("re-drive of a shard: %s %v", d.Verdict, d.Err)
 	}
 	inShards := failed
 	inShards.Phase = task.PhaseShards
-	if d := Redrive(inShards, false, "", env()); d.Verdict != Refuse {
+	if d := Redrive(&inShards, false, "", env()); d.Verdict != Refuse {
 		t.Errorf("re-drive in the shard phase: %s", d.Verdict)
 	}
 	again := d.Next
-	if d := Redrive(again, true, "", env()); d.Verdict != Ignore {
+	if d := Redrive(&again, true, "", env()); d.Verdict != Ignore {
 		t.Errorf("a re-drive with dependents asked again re-opens only: %s", d.Verdict)
 	}
-	if d := Redrive(again, false, "", env()); d.Verdict != Refuse || !strings.Contains(d.Err.Error(), "only failed tasks") {
+	if d := Redrive(&again, false, "", env()); d.Verdict != Refuse || !strings.Contains(d.Err.Error(), "only failed tasks") {
 		t.Errorf("re-drive of a ready task: %s %v", d.Verdict, d.Err)
 	}
 	old := task.Task{Spec: task.Spec{ID: "c"}, State: task.Cancelled, Reason: "upstream p is failed"}
-	if d := Reopen(old, "p", "x", env()); d.Verdict != Apply || d.Next.State != task.Waiting || d.Next.FinishedAt != nil {
+	if d := Reopen(&old, "p", "x"); d.Verdict != Apply || d.Next.State != task.Waiting || d.Next.FinishedAt != nil {
 		t.Errorf("a dependent cancelled before CancelledBy existed is re-opened by its reason: %s", d.Verdict)
 	}
-	if d := Reopen(old, "q", "x", env()); d.Verdict != Ignore {
+	if d := Reopen(&old, "q", "x"); d.Verdict != Ignore {
 		t.Errorf("another upstream's re-drive re-opened it: %s", d.Verdict)
 	}
-	if d := Cancel(failed, "", env()); d.Verdict != Refuse {
+	if d := Cancel(&failed, "", env()); d.Verdict != Refuse {
 		t.Errorf("cancel of an ended task: %s", d.Verdict)
+	}
+}
+
+// TestCreate: a new task's first state, and that admission is asked only
+// for a task that would be dispatched at once.
+func TestCreate(t *testing.T) {
+	later, earlier := now.Add(time.Hour), now.Add(-time.Second)
+	for _, c := range []struct {
+		name    string
+		t       task.Task
+		dupOf   string
+		admit   bool
+		state   task.State
+		reason  string
+		askedIn bool
+	}{
+		{name: "plain", t: task.Task{}, admit: true, state: task.Ready, reason: "submitted", askedIn: true},
+		{name: "held by a breaker", t: task.Task{}, admit: false, state: task.Waiting, reason: "submitted", askedIn: true},
+		{name: "with dependencies", t: task.Task{Spec: task.Spec{DependsOn: []string{"p"}}}, admit: true, state: task.Waiting, reason: "submitted"},
+		{name: "delayed", t: task.Task{StartAt: &later}, admit: true, state: task.Waiting, reason: "scheduled for"},
+		{name: "start time passed", t: task.Task{StartAt: &earlier}, admit: true, state: task.Ready, reason: "submitted", askedIn: true},
+		{name: "deadline passed", t: task.Task{ExpiresAt: &earlier}, admit: true, state: task.Expired, reason: "had passed at submission"},
+		{name: "duplicate", t: task.Task{}, dupOf: "other", admit: true, state: task.Cancelled, reason: "held by other"},
+	} {
+		asked := false
+		rec := c.t
+		rec.ID = "t1"
+		d := Create(&rec, c.dupOf, "held by "+c.dupOf, func() bool { asked = true; return c.admit }, env())
+		if d.Verdict != Apply || d.Next.State != c.state || !strings.Contains(d.Reason, c.reason) || asked != c.askedIn ||
+			!task.CanTransition("", d.Next.State) || d.Next.State.Terminal() != (d.Next.FinishedAt != nil) {
+			t.Errorf("%s: %s %s %q (admission asked %v)", c.name, d.Verdict, d.Next.State, d.Reason, asked)
+		}
+		if c.dupOf != "" && d.Next.DuplicateOf != c.dupOf {
+			t.Errorf("%s: duplicate of %q", c.name, d.Next.DuplicateOf)
+		}
+		if d.Next.State == task.Ready && (d.Next.Attempt != 1 || d.Next.ExecutionID == "") {
+			t.Errorf("%s: ready without its first execution: %+v", c.name, d.Next)
+		}
 	}
 }
