@@ -47,6 +47,8 @@ import (
 const (
 	slotHeldPrefix = "held: concurrency limit of key "
 	rateHeldPrefix = "held: rate limit of key "
+	// letGoPrefix begins the reason of the dispatch of a task that waited.
+	letGoPrefix = "let go by the limits of key "
 )
 
 // maxRuntimeLimits bounds the limits set at run time.
@@ -140,8 +142,8 @@ func (o *Orchestrator) adaptiveAbsorbs(t task.Task, r task.Report) bool {
 
 // admitKey applies t's key limits before its dispatch: it returns held
 // when t must wait (it then waits, with a reason and a trigger), else the
-// record to dispatch — rewritten when t had waited, so its history says
-// when it was let go.
+// record to dispatch — when t had waited, with the reason and ready time
+// its dispatch records, so its history says when it was let go.
 func (o *Orchestrator) admitKey(ctx context.Context, t task.Task, rev uint64) (held bool, _ task.Task, _ uint64, _ error) {
 	key := t.ConcurrencyKey
 	if l, ok := o.limits.match(key, "concurrency"); ok {
@@ -173,17 +175,11 @@ func (o *Orchestrator) admitKey(ctx context.Context, t task.Task, rev uint64) (h
 		}
 	}
 	if strings.HasPrefix(t.Reason, slotHeldPrefix) || strings.HasPrefix(t.Reason, rateHeldPrefix) {
-		next := t
+		// It waited: its dispatch says when it was let go (one write, not
+		// a record of the release and then the dispatch).
 		now := o.now()
-		next.ReadyAt = &now
-		newRev, err := o.write(ctx, t, rev, &next, "let go by the limits of key "+key+": dispatched")
-		if errors.Is(err, store.ErrConflict) {
-			return true, t, rev, o.lookAgain(ctx, t.ID) // moved on, or our write landed unanswered
-		}
-		if err != nil {
-			return true, t, rev, err
-		}
-		return false, next, newRev, nil
+		t.ReadyAt = &now
+		t.Reason = letGoPrefix + key + ": dispatched"
 	}
 	return false, t, rev, nil
 }
