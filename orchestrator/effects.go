@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-run/ax/internal/admission"
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -71,7 +72,7 @@ func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, nex
 func (o *Orchestrator) dispatchesOnWrite(cur, next task.Task) bool {
 	return next.State == task.Ready && next.DispatchRevision == 0 && next.ExecutionID != "" &&
 		(cur.State != task.Ready || cur.ExecutionID != next.ExecutionID) &&
-		next.ConcurrencyKey == "" && (next.FairnessKey == "" || o.fair == nil)
+		!o.admission.Applies(&next)
 }
 
 // transition reads a task, lets decide choose its next record and the
@@ -280,22 +281,14 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	if err := o.ensureObjects(ctx, t.Capability); err != nil {
 		return fmt.Errorf("dispatch %s: %w", t.ID, err)
 	}
-	if t.ConcurrencyKey != "" {
-		held, next, nextRev, err := o.admitKey(ctx, t, rev)
-		if held || err != nil {
-			return err
+	tk := admission.Ticket{Task: t, Rev: rev}
+	if v, err := o.admission.Admit(ctx, &tk); v != admission.Admit || err != nil {
+		if err != nil {
+			return fmt.Errorf("dispatch %s: %w", t.ID, err)
 		}
-		t, rev = next, nextRev
+		return nil
 	}
-	if t.FairnessKey != "" && o.fair != nil {
-		if o.fair.queue(t, rev) {
-			if err := o.sweeps.add(ctx, t, o.instance); err != nil {
-				return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
-			}
-			return nil
-		}
-	}
-	return o.publishDispatch(ctx, t, rev, true)
+	return o.publishDispatch(ctx, tk.Task, tk.Rev, true)
 }
 
 // publishDispatch writes t, ready and admitted but not dispatched yet, at

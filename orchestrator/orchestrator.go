@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ax-run/ax/internal/admission"
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/exectoken"
@@ -94,6 +95,9 @@ type Orchestrator struct {
 	// tasks, which executors watch (effects.go, revoke).
 	revoked jetstream.KeyValue
 	fair    *fairQueue
+	// admission decides when a ready task is dispatched: its key's
+	// limits, then its fairness key's turn.
+	admission admission.Chain
 	// instance names this run of the orchestrator in the sweep entries of the
 	// tasks it queues for fairness.
 	instance string
@@ -139,8 +143,10 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
+	o.admission = admission.Chain{keyAdmitter{o}}
 	if c.FairWindow > 0 {
 		o.fair = newFairQueue(o, c.FairWindow)
+		o.admission = append(o.admission, fairAdmitter{o.fair})
 	}
 	o.metrics = o.obs.m
 	o.tracer = tracing.Tracer(c.TracerProvider)
