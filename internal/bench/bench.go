@@ -90,6 +90,11 @@ type Result struct {
 	Mirror        *MirrorStats `json:"mirror,omitempty"`
 	// Bare is bare JetStream's figure on the same server (Config.Bare).
 	Bare *Bare `json:"bare,omitempty"`
+	// PeakRSS is the bench process's peak resident memory in bytes, at the
+	// end of its phases (bare JetStream's loop not yet run): the
+	// orchestrators, the executor, the producer and the observer, and an
+	// embedded server's.
+	PeakRSS uint64 `json:"peak_rss_bytes,omitempty"`
 }
 
 // Phase holds one phase's figures.
@@ -126,6 +131,10 @@ type Phase struct {
 	// phase, the bench's own observer of AX_TASKS included (nil with an
 	// external server or a cluster).
 	ServerTraffic *TrafficPer `json:"server_traffic_per_task,omitempty"`
+	// CPUPerTask is the bench process's CPU time (user and system) during
+	// the phase per task: the orchestrators', the executor's, the
+	// producer's and the observer's, and an embedded server's.
+	CPUPerTask time.Duration `json:"cpu_per_task"`
 }
 
 // streamMarks is every AX stream's last sequence, and AX_TASKS's bytes.
@@ -449,9 +458,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		if traffic != nil {
 			sent = traffic()
 		}
+		used := processUsage()
 		p, err := run()
 		if err != nil {
 			return err
+		}
+		if n := p.Tasks + p.DelayedTasks; n > 0 {
+			p.CPUPerTask = (processUsage().cpu - used.cpu) / time.Duration(n)
 		}
 		if traffic != nil {
 			p.ServerTraffic = traffic().per(sent, p.Tasks+p.DelayedTasks)
@@ -478,6 +491,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return res, err
 		}
 	}
+	res.PeakRSS = processUsage().peakRSS
 	if cfg.Bare > 0 {
 		var sent Traffic
 		if traffic != nil {

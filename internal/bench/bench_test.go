@@ -43,9 +43,12 @@ func TestRunSmall(t *testing.T) {
 		t.Fatalf("delayed lateness not measured: %+v", phases[1].DelayedLateness)
 	}
 	for _, p := range phases {
-		if p.SubmitToDone.Max <= 0 || p.SubmitToStart.P50 <= 0 || p.TasksPerSec <= 0 {
+		if p.SubmitToDone.Max <= 0 || p.SubmitToStart.P50 <= 0 || p.TasksPerSec <= 0 || p.CPUPerTask <= 0 {
 			t.Fatalf("phase %s measured nothing: %+v", p.Name, p)
 		}
+	}
+	if res.PeakRSS < 1<<20 {
+		t.Fatalf("peak memory %d bytes", res.PeakRSS)
 	}
 }
 

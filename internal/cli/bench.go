@@ -143,6 +143,10 @@ on a fresh embedded server:
 				if t := p.ServerTraffic; t != nil {
 					fmt.Fprintf(g.stdout, "server traffic per task during %s: %s (the bench's observer of AX_TASKS included)\n", p.Name, traffic(t))
 				}
+				if p.CPUPerTask > 0 {
+					fmt.Fprintf(g.stdout, "CPU per task during %s: %s (the whole bench process: orchestrators, executor, producer, observer, and an embedded server)\n",
+						p.Name, p.CPUPerTask.Round(time.Microsecond))
+				}
 			}
 			for _, p := range phases {
 				printWork(g, p)
@@ -159,6 +163,9 @@ on a fresh embedded server:
 					fmt.Fprintf(g.stdout, "\ndelayed tasks (run_at) during %s: %d, start lateness p50 %s p90 %s p99 %s max %s\n",
 						p.Name, p.DelayedTasks, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max))
 				}
+			}
+			if res.PeakRSS > 0 {
+				fmt.Fprintf(g.stdout, "\npeak memory of the bench process (resident, before the bare JetStream loop): %.0f MiB\n", float64(res.PeakRSS)/(1<<20))
 			}
 			if b := res.Bare; b != nil {
 				fmt.Fprintf(g.stdout, "\nbare JetStream on the same server (work queue, %d workers: fetch → publish → ack): %.0f jobs/s", b.Workers, b.JobsPerSec)
