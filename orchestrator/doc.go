@@ -8,13 +8,13 @@
 // Every handler is idempotent. A handler first makes its transition (a CAS
 // write that fails harmlessly when the transition was already made; what
 // the record becomes is decided by package internal/lifecycle) and then
-// ensures the effects of the task's current state (lifecycle.Effects): a ready task has a ready
-// message (de-duplicated by execution id), a retrying task has a timer (one
-// schedule per subject), a failed task has a dead letter (one per subject),
-// a succeeded task has released its dependents, a failed or cancelled task
-// has cancelled them. A message is acknowledged only after both, so a crash
-// at any point is repaired by redelivery. Several orchestrators may run
-// against the same streams; they share the work.
+// ensures the effects of the task's current state (lifecycle.Effects): a
+// ready task has its dispatch (one per execution), a retrying task has a
+// timer (one schedule per subject), a failed task has a dead letter (one
+// per subject), a succeeded task has released its dependents, a failed or
+// cancelled task has cancelled them. A message is acknowledged only after
+// both, so a crash at any point is repaired by redelivery. Several
+// orchestrators may run against the same streams; they share the work.
 //
 // # Configuration
 //

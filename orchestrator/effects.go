@@ -142,7 +142,7 @@ func (o *Orchestrator) retryDelay(n int) time.Duration {
 // order. Every one is idempotent.
 func (o *Orchestrator) ensureEffects(ctx context.Context, t task.Task, rev uint64) error {
 	var buf [8]lifecycle.Effect
-	for _, e := range lifecycle.AppendEffects(buf[:0], &t, o.now()) {
+	for _, e := range lifecycle.Effects(buf[:0], &t, o.now()) {
 		if err := o.applyEffect(ctx, e, t, rev); err != nil {
 			return err
 		}

@@ -134,12 +134,12 @@ func Report(t *task.Task, rev uint64, r *task.Report, env *Env) Decision {
 		// redelivery) or the task was cancelled meanwhile.
 		return Decision{Verdict: Replay}
 	}
-	return Outcome(t, r, env)
+	return outcome(t, r, env)
 }
 
-// Outcome computes a running (or ready) task's next record from its
+// outcome computes a running (or ready) task's next record from its
 // attempt's report.
-func Outcome(t *task.Task, r *task.Report, env *Env) (d Decision) {
+func outcome(t *task.Task, r *task.Report, env *Env) (d Decision) {
 	d.Next = *t
 	o := outcomeOf(r)
 	// A report comes from outside: its error and inline result are bounded
@@ -155,7 +155,7 @@ func Outcome(t *task.Task, r *task.Report, env *Env) (d Decision) {
 			o.fail(why)
 		}
 	}
-	d.outcome(r, o, env)
+	d.apply(r, o, env)
 	return d
 }
 
@@ -177,7 +177,7 @@ func (o *reported) fail(why string) {
 	o.status, o.permanent, o.err = task.OutcomeFailed, true, why
 }
 
-func (d *Decision) outcome(r *task.Report, o reported, env *Env) {
+func (d *Decision) apply(r *task.Report, o reported, env *Env) {
 	now := env.Now
 	t := &d.Next
 	t.UpdatedAt = now

@@ -68,17 +68,13 @@ func (e Effect) String() string {
 	return "effect(" + strconv.Itoa(int(e)) + ")"
 }
 
-// Effects lists what follows from t's record at now, in the order they are
-// applied. Every unfinished task's list holds its durable trigger (see
-// Trigger), except a running task's, whose dispatch, delivered and not yet
+// Effects appends to out (a caller's buffer: at most six effects follow
+// from a record) what follows from t's record at now, in the order they
+// are applied. Every unfinished task's list holds what stores its durable
+// trigger (a waiting or retrying task's watch, a ready task's dispatch),
+// except a running task's: its dispatch, delivered and not yet
 // acknowledged, is its trigger.
-func Effects(t *task.Task, now time.Time) []Effect {
-	return AppendEffects(nil, t, now)
-}
-
-// AppendEffects appends Effects(t, now) to out (a caller's buffer: at most
-// six effects follow from a record).
-func AppendEffects(out []Effect, t *task.Task, now time.Time) []Effect {
+func Effects(out []Effect, t *task.Task, now time.Time) []Effect {
 	if t.State.Terminal() {
 		out = append(out, DisarmTimers, ArmForget, EndFanIn)
 	}
@@ -112,20 +108,4 @@ func AppendEffects(out []Effect, t *task.Task, now time.Time) []Effect {
 		return append(out, Revoke, CancelDependents)
 	}
 	return out
-}
-
-// Trigger names what makes sure an unfinished task in state s moves on
-// even if every process that handled it dies: the effect that stores its
-// durable trigger, or for a running task its dispatch (delivered, not
-// acknowledged, redelivered by JetStream). Terminal states need none ("").
-func Trigger(s task.State) string {
-	switch s {
-	case task.Waiting, task.Retrying:
-		return ArmWatch.String()
-	case task.Ready:
-		return Dispatch.String()
-	case task.Running:
-		return "its dispatch, delivered and not yet acknowledged"
-	}
-	return ""
 }
