@@ -28,3 +28,22 @@ func TestEncoded(t *testing.T) {
 		t.Errorf("another codec's payload: %q %q %v", name, key, ok)
 	}
 }
+
+// TestEncodedFindsTheMemberHoweverWritten: encoding/json matches a
+// member's name regardless of case and after unescaping it, so the quick
+// look that skips most payloads must not skip these.
+func TestEncodedFindsTheMemberHoweverWritten(t *testing.T) {
+	for _, enc := range []string{
+		`{"ax_codec":"v"}`, `{"AX_CODEC":"v"}`, `{"Ax_Codec":"v"}`, `{"ax\u005fcodec":"v"}`, `{"\u0061x_codec":"v"}`,
+		`{"n":"a_b","ax_codec":"v"}`, ` {"x":{"ax_codec":1},"ax_codec":"v"}`, "{\n\"ax_codec\" : \"v\"}",
+	} {
+		if name, _, ok := codec.Encoded([]byte(enc)); !ok || name != "v" {
+			t.Errorf("Encoded(%s) = %q, %v; want v, true", enc, name, ok)
+		}
+	}
+	for _, clear := range []string{`{"axcodec":"v"}`, `{"ax_code":"v"}`, `{"a":"ax_codec"}`, `{"x":{"ax_codec":"v"}}`, `_ax_codec`, `ax_codec`, `{"ax_codec":null}`} {
+		if _, _, ok := codec.Encoded([]byte(clear)); ok {
+			t.Errorf("Encoded(%s) says encoded", clear)
+		}
+	}
+}

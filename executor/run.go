@@ -14,6 +14,7 @@ import (
 
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -93,7 +94,7 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 // claim would otherwise go to another capability's subject).
 func decodeDispatch(msg jetstream.Msg) (task.Dispatch, error) {
 	var ev task.Event
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+	if err := wirejson.Unmarshal(msg.Data(), &ev); err != nil {
 		return task.Dispatch{}, err
 	}
 	md, err := msg.Metadata()
@@ -279,7 +280,7 @@ func (e *Executor) claimByOrchestrator(ctx context.Context, d task.Dispatch, del
 
 // askClaim sends a claim request for d and reads the answer.
 func (e *Executor) askClaim(ctx context.Context, req task.ClaimRequest, d task.Dispatch) (task.Task, uint64, bool, error) {
-	data, err := json.Marshal(req)
+	data, err := wirejson.Marshal(req)
 	if err != nil {
 		return d.Task, 0, false, fmt.Errorf("encode claim of %s: %w", d.ID, err)
 	}
@@ -288,7 +289,7 @@ func (e *Executor) askClaim(ctx context.Context, req task.ClaimRequest, d task.D
 		return d.Task, 0, false, fmt.Errorf("claim %s: %w", d.ID, err)
 	}
 	var rep task.ClaimReply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+	if err := wirejson.Unmarshal(msg.Data, &rep); err != nil {
 		return d.Task, 0, false, fmt.Errorf("claim %s: unreadable reply: %w", d.ID, err)
 	}
 	switch {
@@ -425,7 +426,7 @@ func (e *Executor) leaseTTL() time.Duration {
 // renewLease records that this executor still runs t (token: its
 // dispatch's).
 func (e *Executor) renewLease(t task.Task, token string) {
-	data, _ := json.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC(), Token: token})
+	data, _ := wirejson.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC(), Token: token})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if _, err := e.js.Publish(ctx, subject.Lease(t.Capability, t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
@@ -448,7 +449,7 @@ var errRunningElsewhere = errors.New("task is running elsewhere")
 // is kept meanwhile) until it is stored or the executor is stopped for
 // good.
 func (e *Executor) report(hardStop context.Context, r task.Report) error {
-	data, err := json.Marshal(r)
+	data, err := wirejson.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -50,7 +50,7 @@ func (o *Orchestrator) serveClaims(ctx context.Context) error {
 func (o *Orchestrator) answerClaim(ctx context.Context, m *nats.Msg) {
 	var req task.ClaimRequest
 	var rep task.ClaimReply
-	if err := json.Unmarshal(m.Data, &req); err != nil || req.ID == "" || req.ExecutionID == "" || req.Executor == "" {
+	if err := wirejson.Unmarshal(m.Data, &req); err != nil || req.ID == "" || req.ExecutionID == "" || req.Executor == "" {
 		o.log.Warn("ignoring a malformed claim", slog.Any("error", err), slog.String("subject", m.Subject))
 		rep = task.ClaimReply{Error: "malformed claim: id, execution_id and executor are required"}
 	} else if !o.validToken(req.ID, req.ExecutionID, req.Token) {
@@ -62,7 +62,7 @@ func (o *Orchestrator) answerClaim(ctx context.Context, m *nats.Msg) {
 		rep = o.claim(cctx, subject.CapabilityFromClaim(m.Subject), req)
 		cancel()
 	}
-	data, _ := json.Marshal(rep)
+	data, _ := wirejson.Marshal(rep)
 	if err := m.Respond(data); err != nil {
 		o.log.Debug("claim reply not sent", slog.Any("error", err))
 	}
@@ -147,7 +147,7 @@ func (o *Orchestrator) serveInputs(ctx context.Context) error {
 func (o *Orchestrator) answerInputs(ctx context.Context, m *nats.Msg) {
 	var req task.InputsRequest
 	rep := task.InputsReply{}
-	switch err := json.Unmarshal(m.Data, &req); {
+	switch err := wirejson.Unmarshal(m.Data, &req); {
 	case err != nil || req.ID == "" || req.ExecutionID == "":
 		rep.Error = "malformed inputs request: id and execution_id are required"
 	case !o.validToken(req.ID, req.ExecutionID, req.Token):
@@ -167,7 +167,7 @@ func (o *Orchestrator) answerInputs(ctx context.Context, m *nats.Msg) {
 		}
 		cancel()
 	}
-	data, _ := json.Marshal(rep)
+	data, _ := wirejson.Marshal(rep)
 	if err := m.Respond(data); err != nil {
 		o.log.Debug("inputs reply not sent", slog.Any("error", err))
 	}

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -103,7 +103,7 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 	kind := directKind(subject.Direct(stored))
 	var b task.DirectBatch
 	var rep task.DirectBatchReply
-	switch err := json.Unmarshal(m.Data, &b); {
+	switch err := wirejson.Unmarshal(m.Data, &b); {
 	case err != nil:
 		rep.Error = "malformed batch: " + err.Error()
 	case kind != "submission" && kind != "report":
@@ -143,7 +143,7 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 const directBatchMax = 1000
 
 func (o *Orchestrator) respondJSON(m *nats.Msg, v any) {
-	data, _ := json.Marshal(v)
+	data, _ := wirejson.Marshal(v)
 	if err := m.Respond(data); err != nil {
 		o.log.Debug("direct reply not sent", slog.Any("error", err))
 	}
@@ -170,7 +170,7 @@ func directKind(subj string) string {
 // counts the answer.
 func (o *Orchestrator) replyDirect(m *nats.Msg, kind, outcome, reason string) {
 	o.metrics.DirectAnswered(kind, outcome)
-	data, _ := json.Marshal(task.DirectReply{Error: reason})
+	data, _ := wirejson.Marshal(task.DirectReply{Error: reason})
 	if err := m.Respond(data); err != nil {
 		o.log.Debug("direct reply not sent", slog.Any("error", err))
 	}

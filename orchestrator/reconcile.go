@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -238,7 +238,7 @@ func (o *Orchestrator) leased(ctx context.Context, t task.Task) (bool, error) {
 		return false, fmt.Errorf("read lease of %s: %w", t.ID, err)
 	}
 	var l task.Lease
-	if err := json.Unmarshal(msg.Data, &l); err != nil || l.ExecutionID != t.ExecutionID {
+	if err := wirejson.Unmarshal(msg.Data, &l); err != nil || l.ExecutionID != t.ExecutionID {
 		return false, nil
 	}
 	if !o.validToken(t.ID, l.ExecutionID, l.Token) {

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -28,7 +28,7 @@ func (o *Orchestrator) handleReport(ctx context.Context, msg jetstream.Msg) erro
 // error means applied, or dropped with a logged reason.
 func (o *Orchestrator) acceptReport(ctx context.Context, taskType, subj string, data []byte) error {
 	var r task.Report
-	if err := json.Unmarshal(data, &r); err != nil || r.ID == "" || r.ExecutionID == "" {
+	if err := wirejson.Unmarshal(data, &r); err != nil || r.ID == "" || r.ExecutionID == "" {
 		o.log.Warn("dropping malformed report", slog.Any("error", err), slog.String("subject", subj))
 		return nil
 	}

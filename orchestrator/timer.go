@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +13,7 @@ import (
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -60,7 +60,7 @@ func (o *Orchestrator) armRetry(ctx context.Context, t task.Task) error {
 
 func (o *Orchestrator) armTimer(ctx context.Context, kind subject.TimerKind, f timerFire) error {
 	f.Kind = string(kind)
-	data, err := json.Marshal(f)
+	data, err := wirejson.Marshal(f)
 	if err != nil {
 		return fmt.Errorf("encode timer of %s: %w", f.ID, err)
 	}
@@ -95,7 +95,7 @@ func (o *Orchestrator) cancelTimer(ctx context.Context, kind subject.TimerKind, 
 // handleFire acts on a fired timer.
 func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error {
 	var f timerFire
-	if err := json.Unmarshal(msg.Data(), &f); err != nil {
+	if err := wirejson.Unmarshal(msg.Data(), &f); err != nil {
 		o.log.Warn("dropping malformed timer message", slog.Any("error", err), slog.String("subject", msg.Subject()))
 		return nil
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/topology"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -157,7 +158,7 @@ func (c *Client) Submit(ctx context.Context, spec task.Spec) (string, error) {
 	if err := c.prepare(ctx, &spec); err != nil {
 		return "", err
 	}
-	data, err := json.Marshal(spec)
+	data, err := wirejson.Marshal(spec)
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}
@@ -412,7 +413,7 @@ func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 		}
 		seen = true
 		var ev task.Event
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		if err := wirejson.Unmarshal(msg.Data(), &ev); err != nil {
 			return nil, fmt.Errorf("decode task %s: %w", id, err)
 		}
 		// A task's history has a subject per kind of event: the last
@@ -621,7 +622,7 @@ func (c *Client) SubmitMany(ctx context.Context, specs []task.Spec) ([]string, e
 		if err := c.prepare(ctx, &specs[i]); err != nil {
 			return nil, err
 		}
-		data, err := json.Marshal(specs[i])
+		data, err := wirejson.Marshal(specs[i])
 		if err != nil {
 			return nil, fmt.Errorf("encode task %s: %w", specs[i].ID, err)
 		}

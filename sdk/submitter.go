@@ -2,7 +2,6 @@ package sdk
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -208,7 +208,7 @@ func (s *Submitter) Submit(ctx context.Context, spec task.Spec) (string, error) 
 	if err := s.c.encodeSpec(ctx, &wire); err != nil {
 		return "", err
 	}
-	data, err := json.Marshal(wire)
+	data, err := wirejson.Marshal(wire)
 	if err != nil {
 		return "", fmt.Errorf("encode task %s: %w", spec.ID, err)
 	}

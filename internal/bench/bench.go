@@ -24,6 +24,7 @@ import (
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -552,11 +553,11 @@ func watch(ctx context.Context, nc *nats.Conn, rec *atomicRecorder) error {
 			return // decode only what is measured
 		}
 		var ev eventHead
-		if json.Unmarshal(msg.Data(), &ev) != nil || ev.To != task.Succeeded {
+		if wirejson.Unmarshal(msg.Data(), &ev) != nil || ev.To != task.Succeeded {
 			return
 		}
 		var p payload
-		if json.Unmarshal(ev.Task.Payload, &p) != nil {
+		if wirejson.Unmarshal(ev.Task.Payload, &p) != nil {
 			return
 		}
 		if r := rec.get(); r != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -76,7 +77,7 @@ func (s *Sender) Send(parent context.Context, msg *nats.Msg) (bool, string) {
 		return false, err.Error()
 	}
 	var r task.DirectReply
-	if err := json.Unmarshal(rep.Data, &r); err != nil {
+	if err := wirejson.Unmarshal(rep.Data, &r); err != nil {
 		return false, "unreadable reply: " + err.Error()
 	}
 	return r.Error == "", r.Error
@@ -100,7 +101,7 @@ func (s *Sender) SendBatch(parent context.Context, subj string, h nats.Header, b
 	for i, b := range bodies {
 		msgs[i] = b
 	}
-	data, err := json.Marshal(task.DirectBatch{Messages: msgs})
+	data, err := wirejson.Marshal(task.DirectBatch{Messages: msgs})
 	if err != nil {
 		return applied
 	}
@@ -120,7 +121,7 @@ func (s *Sender) SendBatch(parent context.Context, subj string, h nats.Header, b
 		return applied
 	}
 	var r task.DirectBatchReply
-	if json.Unmarshal(rep.Data, &r) != nil || r.Error != "" || len(r.Results) != len(bodies) {
+	if wirejson.Unmarshal(rep.Data, &r) != nil || r.Error != "" || len(r.Results) != len(bodies) {
 		return applied
 	}
 	for i, res := range r.Results {

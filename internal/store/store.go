@@ -14,7 +14,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -27,6 +26,7 @@ import (
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
 )
 
@@ -115,7 +115,7 @@ func (s *Store) decodeLast(ctx context.Context, id string, v any) (uint64, bool,
 	if err != nil {
 		return 0, false, fmt.Errorf("get task %s: %w", id, err)
 	}
-	if err := json.Unmarshal(msg.Data, v); err != nil {
+	if err := wirejson.Unmarshal(msg.Data, v); err != nil {
 		return 0, false, fmt.Errorf("decode task %s at revision %d: %w", id, msg.Sequence, err)
 	}
 	return msg.Sequence, subject.IsDispatch(msg.Subject), nil
@@ -163,7 +163,7 @@ func (s *Store) write(ctx context.Context, subj string, ev task.Event, expected 
 	if subject.IsDispatch(subj) {
 		ev.Task.DispatchRevision = 0
 	}
-	data, err := json.Marshal(ev)
+	data, err := wirejson.Marshal(ev)
 	if err != nil {
 		return 0, fmt.Errorf("encode event for task %s: %w", ev.Task.ID, err)
 	}
@@ -236,7 +236,7 @@ func (s *Store) History(ctx context.Context, id string) ([]Revisioned, error) {
 			return out, fmt.Errorf("read history of %s: %w", id, err)
 		}
 		var ev task.Event
-		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+		if err := wirejson.Unmarshal(msg.Data(), &ev); err != nil {
 			return out, fmt.Errorf("decode history of %s at %d: %w", id, md.Sequence.Stream, err)
 		}
 		if subject.IsDispatch(msg.Subject()) {
