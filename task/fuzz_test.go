@@ -11,6 +11,8 @@ package task_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -36,6 +38,11 @@ var specSeeds = []string{
 	`{"id":"a1","type":"t","unknown":1}`,
 	`{"id":"a1","type":"t"} {}`,
 	`{"id":1}`,
+	`{"id":"a1","type":"t","run_at":"2026-11-30T10:00:00,5Z"}`,
+	`{"ID":"a1","Type":"t","PAYLOAD":[1]}`,
+	`{"id":"a1","type":"t"}}`,
+	`{"id":"a1","type":"t","id":"a2"}`,
+	`null`,
 	`[]`,
 	``,
 }
@@ -46,6 +53,11 @@ func FuzzDecodeSpec(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := task.DecodeSpec(data)
+		// The fast path decides exactly as the standard library would.
+		std, stdErr := task.DecodeSpecStd(data)
+		if fmt.Sprint(err) != fmt.Sprint(stdErr) || !reflect.DeepEqual(s, std) {
+			t.Fatalf("%q: DecodeSpec gives %+v, %v; the standard library %+v, %v", data, s, err, std, stdErr)
+		}
 		if err != nil {
 			return
 		}

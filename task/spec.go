@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ax-run/ax/internal/wirejson"
 )
 
 // Defaults applied to a spec's absent fields.
@@ -192,7 +194,17 @@ type wireSpec struct {
 // wire contract; leave the field out for its default). It does not
 // otherwise validate; call Validate for that.
 func DecodeSpec(data []byte) (Spec, error) {
+	return decodeSpec(data, true)
+}
+
+// decodeSpec is DecodeSpec; fast tries wirejson.DecodeStrict first (the
+// tests compare the two ways).
+func decodeSpec(data []byte, fast bool) (Spec, error) {
 	var w wireSpec
+	if fast && wirejson.DecodeStrict(data, &w) {
+		return w.checked()
+	}
+	w = wireSpec{}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
@@ -201,6 +213,12 @@ func DecodeSpec(data []byte) (Spec, error) {
 	if dec.More() {
 		return Spec{}, errors.New("decode task spec: trailing data after the JSON object")
 	}
+	return w.checked()
+}
+
+// checked refuses what the wire contract refuses in a decoded spec and
+// converts it.
+func (w wireSpec) checked() (Spec, error) {
 	switch {
 	case w.Timeout != nil && *w.Timeout <= 0:
 		return Spec{}, &ValidationError{"timeout", "must be positive"}

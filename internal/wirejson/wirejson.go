@@ -10,9 +10,11 @@
 // encoding/json takes and wirejson refuses (RFC 3339 has a dot; AX writes
 // one).
 //
-// What a user writes by hand and AX must explain when it is wrong — a
-// submitted spec (task.DecodeSpec), a graph, a schedule, a limit — keeps
-// the standard library's strict decoder and its messages.
+// A submitted spec (task.DecodeSpec) is read with DecodeStrict, and again
+// by the standard library's strict decoder when that fails, so that what a
+// user wrote wrong is explained in the same words as before; what else a
+// user writes by hand — a graph, a schedule, a limit — and a handler's
+// result keep encoding/json.
 package wirejson
 
 import (
@@ -28,3 +30,23 @@ func Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 // Valid reports whether data is one valid JSON value, as
 // encoding/json.Valid.
 func Valid(data []byte) bool { return json.Valid(data) }
+
+// DecodeStrict parses data — one JSON value, then nothing but white space —
+// into v, refusing object members v has no field for, as an
+// encoding/json.Decoder with DisallowUnknownFields would. It reports
+// whether it could; when not, for whatever reason, v may be half filled and
+// the caller decodes again with encoding/json for its verdict and its
+// message: the fast path for what is well formed, the standard library's
+// words for what is not.
+func DecodeStrict(data []byte, v any) bool {
+	rest, err := json.Parse(data, v, json.DisallowUnknownFields)
+	if err != nil {
+		return false
+	}
+	for _, c := range rest {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
