@@ -45,7 +45,7 @@ func (ex *execution) giveBack() {
 // start claims and runs a fetched dispatch in its own goroutine, counting
 // its cost against capacity until it is done.
 func (e *Executor) start(s *session, msg jetstream.Msg) {
-	d, err := decodeDispatch(msg)
+	d, dispatcher, err := decodeDispatch(msg)
 	if err != nil {
 		e.log.Warn("dropping malformed dispatch", "error", err, "subject", msg.Subject())
 		_ = msg.Term()
@@ -83,7 +83,7 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 			})
 		}
 		defer free()
-		e.execute(s, msg, d, free)
+		e.execute(s, msg, d, dispatcher, free)
 	}()
 }
 
@@ -91,30 +91,31 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 // its dispatch subject (subject.TaskDispatch), whose stream sequence is
 // its revision and whose Ax-Token header is the execution's token. The
 // subject must name the record's own capability, priority and type (its
-// claim would otherwise go to another capability's subject).
-func decodeDispatch(msg jetstream.Msg) (task.Dispatch, error) {
+// claim would otherwise go to another capability's subject). dispatcher is
+// the node id of the orchestrator that wrote it (its event's actor).
+func decodeDispatch(msg jetstream.Msg) (d task.Dispatch, dispatcher string, err error) {
 	var ev task.Event
 	if err := wirejson.Unmarshal(msg.Data(), &ev); err != nil {
-		return task.Dispatch{}, err
+		return task.Dispatch{}, "", err
 	}
 	md, err := msg.Metadata()
 	if err != nil {
-		return task.Dispatch{}, err
+		return task.Dispatch{}, "", err
 	}
 	t := ev.Task
 	id, capability, priority, typ, ok := subject.ParseDispatch(msg.Subject())
 	switch {
 	case t.ID == "" || t.ExecutionID == "" || t.State != task.Ready:
-		return task.Dispatch{}, errors.New("not a ready record with an execution id")
+		return task.Dispatch{}, "", errors.New("not a ready record with an execution id")
 	case !ok || id != t.ID || capability != t.Capability || priority != t.PriorityLevel() || typ != t.Type:
-		return task.Dispatch{}, fmt.Errorf("its subject does not name its task %s (capability %s, priority %d, type %s)", t.ID, t.Capability, t.PriorityLevel(), t.Type)
+		return task.Dispatch{}, "", fmt.Errorf("its subject does not name its task %s (capability %s, priority %d, type %s)", t.ID, t.Capability, t.PriorityLevel(), t.Type)
 	}
 	var token string
 	if h := msg.Headers(); h != nil {
 		token = h.Get(subject.HeaderToken)
 	}
 	t.DispatchRevision = md.Sequence.Stream
-	return task.Dispatch{Task: t, Revision: md.Sequence.Stream, Token: token}, nil
+	return task.Dispatch{Task: t, Revision: md.Sequence.Stream, Token: token}, ev.Actor, nil
 }
 
 // execute claims a dispatch, runs its handler and reports the outcome. Its
@@ -123,7 +124,7 @@ func decodeDispatch(msg jetstream.Msg) (task.Dispatch, error) {
 // slots instead, so a handler's slot goes to the next task while its
 // predecessor's outcome is being stored, and the reports in flight are
 // bounded all the same.
-func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free func()) {
+func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispatcher string, free func()) {
 	ctx := context.Background()
 	log := e.log.With("task_id", d.ID, "execution_id", d.ExecutionID, "attempt", d.Attempt)
 	delivered := uint64(1)
@@ -239,7 +240,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, free 
 	// Counted before the report is stored, so the count never trails the
 	// task's end as its producer sees it.
 	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
-	if err := e.report(s.hardStop, r); err != nil {
+	if err := e.report(s.hardStop, r, dispatcher); err != nil {
 		log.Warn("report not published; handing the task back", "error", err)
 		ex.giveBack()
 		return
@@ -444,16 +445,22 @@ const unknownTaskDeliveries = 2
 var errRunningElsewhere = errors.New("task is running elsewhere")
 
 // report hands an attempt's outcome to the orchestrator: directly (a
-// request an orchestrator answers once it applied the report), or else
+// request an orchestrator answers once it applied the report: first the
+// one that dispatched it, dispatcher, which has the task's record in
+// memory; when it is gone, any), or else
 // stored on task.completed.<type>, retrying through NATS outages (the lease
 // is kept meanwhile) until it is stored or the executor is stopped for
 // good.
-func (e *Executor) report(hardStop context.Context, r task.Report) error {
+func (e *Executor) report(hardStop context.Context, r task.Report, dispatcher string) error {
 	data, err := wirejson.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("encode report: %w", err)
 	}
-	if e.reports.Send(hardStop, subject.Completed(r.Type), data) {
+	var node string
+	if dispatcher != "" {
+		node = subject.NodeToken(dispatcher)
+	}
+	if e.reports.SendTo(hardStop, node, subject.Completed(r.Type), data) {
 		return nil
 	}
 	e.log.Debug("direct report not applied; storing it", "task_id", r.ID)

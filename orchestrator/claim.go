@@ -42,7 +42,7 @@ const (
 // serveClaims answers claims (ax.claim.<capability>) until ctx ends, in
 // one queue group with the other orchestrators (serveRequests).
 func (o *Orchestrator) serveClaims(ctx context.Context) error {
-	return o.serveRequests(ctx, subject.ClaimAll, claimWorkers, claimBacklog,
+	return o.serveRequests(ctx, []string{subject.ClaimAll}, claimWorkers, claimBacklog,
 		func(ctx context.Context, r request) { o.answerClaim(ctx, r.m) }, nil)
 }
 
@@ -137,7 +137,7 @@ const inputsWorkers = 4
 // serveInputs answers executors' inputs requests (ax.inputs.<capability>)
 // until ctx ends, in one queue group with the other orchestrators.
 func (o *Orchestrator) serveInputs(ctx context.Context) error {
-	return o.serveRequests(ctx, subject.InputsAll, inputsWorkers, claimBacklog,
+	return o.serveRequests(ctx, []string{subject.InputsAll}, inputsWorkers, claimBacklog,
 		func(ctx context.Context, r request) { o.answerInputs(ctx, r.m) }, nil)
 }
 

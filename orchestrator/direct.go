@@ -42,11 +42,14 @@ const directTimeout = 4 * time.Second
 func (o *Orchestrator) directBacklog() int { return 4 * o.cfg.Workers }
 
 // serveDirect answers direct requests (ax.direct.>) until ctx ends, in one
-// queue group with the other orchestrators (serveRequests). One that finds
-// no room, and when ctx ends each still waiting, is answered "busy" or
-// "stopping", so its sender stores it at once.
+// queue group with the other orchestrators (serveRequests), and those
+// addressed to this orchestrator (subject.DirectTo: the reports of the
+// attempts it dispatched). One that finds no room, and when ctx ends each
+// still waiting, is answered "busy" or "stopping", so its sender stores it
+// at once.
 func (o *Orchestrator) serveDirect(ctx context.Context) error {
-	return o.serveRequests(ctx, subject.DirectAll, o.cfg.Workers, o.directBacklog(), o.answerDirect,
+	subjs := []string{subject.DirectAll, subject.DirectToNode(subject.NodeToken(o.cfg.NodeID))}
+	return o.serveRequests(ctx, subjs, o.cfg.Workers, o.directBacklog(), o.answerDirect,
 		func(m *nats.Msg) {
 			outcome := "busy"
 			if ctx.Err() != nil {
@@ -59,6 +62,9 @@ func (o *Orchestrator) serveDirect(ctx context.Context) error {
 // answerDirect applies one direct request and replies.
 func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 	m := r.m
+	if d, ok := subject.DirectFromDirectTo(m.Subject); ok {
+		m.Subject = d // addressed to this orchestrator: the same request
+	}
 	due := r.arrived.Add(directTimeout)
 	kind := directKind(m.Subject)
 	if time.Until(due) < directTimeout/4 {
@@ -153,6 +159,9 @@ func (o *Orchestrator) respondJSON(m *nats.Msg, v any) {
 // a "submission", or "other" (no stored subject of AX's). It picks the
 // handler and labels the metric.
 func directKind(subj string) string {
+	if d, ok := subject.DirectFromDirectTo(subj); ok {
+		subj = d
+	}
 	stored := subject.StoredFromDirect(subj)
 	if _, ok := subject.TypeFromSubmit(stored); ok {
 		return "submission"

@@ -22,28 +22,38 @@ type request struct {
 // handed to full (nil: dropped, its sender asks again after its timeout).
 // The subscription's callback never blocks, so NATS drops nothing as a
 // slow consumer: the backlog bounds what waits.
-func (o *Orchestrator) serveRequests(ctx context.Context, subj string, workers, backlog int,
+func (o *Orchestrator) serveRequests(ctx context.Context, subjs []string, workers, backlog int,
 	answer func(context.Context, request), full func(*nats.Msg)) error {
 	if full == nil {
 		full = func(*nats.Msg) {}
 	}
 	ch := make(chan request, backlog)
-	sub, err := o.nc.QueueSubscribe(subj, claimQueue, func(m *nats.Msg) {
-		select {
-		case ch <- request{m, time.Now()}:
-		default:
-			full(m)
+	subs := make([]*nats.Subscription, 0, len(subjs))
+	unsubscribe := func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("subscribe to %s: %w", subj, err)
 	}
-	_ = sub.SetPendingLimits(-1, -1)
+	for _, subj := range subjs {
+		sub, err := o.nc.QueueSubscribe(subj, claimQueue, func(m *nats.Msg) {
+			select {
+			case ch <- request{m, time.Now()}:
+			default:
+				full(m)
+			}
+		})
+		if err != nil {
+			unsubscribe()
+			return fmt.Errorf("subscribe to %s: %w", subj, err)
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		subs = append(subs, sub)
+	}
 	o.bg.Add(1)
 	go func() {
 		defer o.bg.Done()
 		<-ctx.Done()
-		_ = sub.Unsubscribe()
+		unsubscribe()
 		for {
 			select {
 			case r := <-ch:

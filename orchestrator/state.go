@@ -30,7 +30,7 @@ const (
 // request only its types' subjects, and the answer holds a task only if it
 // has the subject's type.
 func (o *Orchestrator) serveStates(ctx context.Context) error {
-	return o.serveRequests(ctx, subject.StateAll, stateWorkers, stateBacklog,
+	return o.serveRequests(ctx, []string{subject.StateAll}, stateWorkers, stateBacklog,
 		func(ctx context.Context, r request) { o.answerState(ctx, r.m) },
 		func(m *nats.Msg) { o.replyState(m, task.StateReply{Error: "orchestrator busy: ask again"}) })
 }

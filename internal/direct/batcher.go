@@ -6,7 +6,7 @@ import (
 )
 
 // Batcher hands messages to the orchestrators in batch direct requests,
-// one subject at a time: a message for a subject with no batch in flight
+// one subject (and addressee, SendTo) at a time: a message for a subject with no batch in flight
 // goes at once (alone), and the messages that arrive while one is in
 // flight go together in the next (up to MaxBatch) — a group commit of
 // requests, so a burst costs a request per batch instead of one per
@@ -21,8 +21,9 @@ type Batcher struct {
 }
 
 type batchQueue struct {
-	waiting  []*batchItem
-	inFlight bool
+	node, subj string
+	waiting    []*batchItem
+	inFlight   bool
 }
 
 type batchItem struct {
@@ -38,18 +39,25 @@ func NewBatcher(s *Sender) *Batcher { return &Batcher{s: s, queues: map[string]*
 // batch and reports whether it was applied (on false the caller stores
 // it). It returns when the batch was answered or ctx ended.
 func (b *Batcher) Send(ctx context.Context, subj string, body []byte) bool {
+	return b.SendTo(ctx, "", subj, body)
+}
+
+// SendTo is Send addressed first to the orchestrator whose node token is
+// node (Sender.SendBatchTo; "" for none).
+func (b *Batcher) SendTo(ctx context.Context, node, subj string, body []byte) bool {
 	it := &batchItem{ctx: ctx, body: body, applied: make(chan bool, 1)}
+	key := node + " " + subj
 	b.mu.Lock()
-	q := b.queues[subj]
+	q := b.queues[key]
 	if q == nil {
-		q = &batchQueue{}
-		b.queues[subj] = q
+		q = &batchQueue{node: node, subj: subj}
+		b.queues[key] = q
 	}
 	q.waiting = append(q.waiting, it)
 	if !q.inFlight {
 		q.inFlight = true
 		b.wg.Add(1)
-		go b.flush(subj, q)
+		go b.flush(key, q)
 	}
 	b.mu.Unlock()
 	select {
@@ -60,16 +68,16 @@ func (b *Batcher) Send(ctx context.Context, subj string, body []byte) bool {
 	}
 }
 
-// flush sends subj's waiting messages, a batch at a time, until none
-// waits.
-func (b *Batcher) flush(subj string, q *batchQueue) {
+// flush sends q's waiting messages, a batch at a time, until none waits;
+// key is q's in queues.
+func (b *Batcher) flush(key string, q *batchQueue) {
 	defer b.wg.Done()
 	for {
 		b.mu.Lock()
 		n := min(len(q.waiting), MaxBatch)
 		if n == 0 {
 			q.inFlight = false
-			delete(b.queues, subj)
+			delete(b.queues, key)
 			b.mu.Unlock()
 			return
 		}
@@ -91,7 +99,7 @@ func (b *Batcher) flush(subj string, q *batchQueue) {
 		for i, it := range batch {
 			bodies[i] = it.body
 		}
-		applied := b.s.SendBatch(context.WithoutCancel(ctx), subj, nil, bodies)
+		applied := b.s.SendBatchTo(context.WithoutCancel(ctx), q.node, q.subj, nil, bodies)
 		for i, it := range batch {
 			it.applied <- applied[i]
 		}

@@ -165,3 +165,58 @@ func TestBatcherGroupsWhatArrivesWhileInFlight(t *testing.T) {
 		t.Fatalf("batches %v, want [1 10]: the first alone, the ten that queued behind it together", sizes)
 	}
 }
+
+// batchResponder answers every batch direct request on subj "applied" for
+// each message, counting the messages it got.
+func batchResponder(t *testing.T, nc *nats.Conn, subj string, got *atomic.Int32) {
+	t.Helper()
+	if _, err := nc.Subscribe(subj, func(m *nats.Msg) {
+		var b task.DirectBatch
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			return
+		}
+		got.Add(int32(len(b.Messages)))
+		data, _ := json.Marshal(task.DirectBatchReply{Results: make([]task.DirectReply, len(b.Messages))})
+		_ = m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSendBatchToGoesToItsOrchestratorFirst: a batch addressed to an
+// orchestrator goes to it; addressed to one nobody serves (it stopped), to
+// all of them at once; addressed to one that hangs, to all of them after
+// the wait, and to all of them without a wait for TargetPause.
+func TestSendBatchToGoesToItsOrchestratorFirst(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	s := direct.New(nc, nil)
+	ctx := testenv.Context(t, time.Minute)
+	const subj = "task.completed.t"
+	var shared, here atomic.Int32
+	batchResponder(t, nc, subject.DirectBatch(subj), &shared)
+	batchResponder(t, nc, subject.DirectTo("here", subject.DirectBatch(subj)), &here)
+	bodies := [][]byte{[]byte(`{"id":"a"}`), []byte(`{"id":"b"}`)}
+	applied := func(got []bool) bool { return len(got) == 2 && got[0] && got[1] }
+
+	if !applied(s.SendBatchTo(ctx, "here", subj, nil, bodies)) || here.Load() != 2 || shared.Load() != 0 {
+		t.Fatalf("addressed: here %d, shared %d", here.Load(), shared.Load())
+	}
+	if !applied(s.SendBatchTo(ctx, "gone", subj, nil, bodies)) || here.Load() != 2 || shared.Load() != 2 {
+		t.Fatalf("addressed to nobody: here %d, shared %d", here.Load(), shared.Load())
+	}
+	if _, err := nc.Subscribe(subject.DirectTo("hung", subject.DirectBatch(subj)), func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if !applied(s.SendBatchTo(ctx, "hung", subj, nil, bodies)) || shared.Load() != 4 {
+		t.Fatalf("addressed to a hung one: shared %d", shared.Load())
+	}
+	// Addressing is off for a while now: even "here" gets nothing.
+	if !applied(s.SendBatchTo(ctx, "here", subj, nil, bodies)) || here.Load() != 2 || shared.Load() != 6 {
+		t.Fatalf("after a hang: here %d, shared %d", here.Load(), shared.Load())
+	}
+}

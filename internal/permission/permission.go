@@ -321,7 +321,7 @@ func orchestrator(objects []string) Permissions {
 	for _, b := range objects {
 		p.Publish.Allow = append(p.Publish.Allow, "$O."+b+".>")
 	}
-	p.Subscribe.Allow = []string{subject.ClaimAll, subject.InputsAll, subject.DirectAll, subject.StateAll, subject.FairOwnerAll}
+	p.Subscribe.Allow = []string{subject.ClaimAll, subject.InputsAll, subject.DirectAll, subject.DirectToAll, subject.StateAll, subject.FairOwnerAll}
 	p.AllowResponses = true // claim and direct-request replies
 	return p
 }
@@ -359,7 +359,12 @@ func executor(capabilities, types, objects []string) Permissions {
 		p.Publish.Allow = append(p.Publish.Allow, subject.BellCapability(c))
 	}
 	for _, t := range types {
-		p.Publish.Allow = append(p.Publish.Allow, withDirect(subject.Completed(t))...)
+		// Its reports: stored, handed to any orchestrator directly, or
+		// to the one that dispatched the attempt (subject.DirectTo).
+		completed := subject.Completed(t)
+		p.Publish.Allow = append(p.Publish.Allow, withDirect(completed)...)
+		p.Publish.Allow = append(p.Publish.Allow,
+			subject.DirectTo("*", subject.Direct(completed)), subject.DirectTo("*", subject.DirectBatch(completed)))
 	}
 	// Aggregators read their shards' markers; handlers read upstream
 	// results (of any capability) and their own job's objects.

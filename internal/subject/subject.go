@@ -6,6 +6,7 @@ package subject
 import (
 	"encoding/base64"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -351,6 +352,60 @@ func StoredFromDirectBatch(subj string) (string, bool) {
 }
 
 const directBatchInfix = "batch."
+
+// directToPrefix begins a direct request addressed to one orchestrator
+// (DirectTo); outside DirectAll, so the orchestrators' shared queue group
+// never takes one.
+const directToPrefix = "ax.direct-to."
+
+// DirectToAll is every direct request addressed to one orchestrator
+// (DirectTo): each orchestrator subscribes to its own, DirectToNode.
+const DirectToAll = directToPrefix + ">"
+
+// DirectTo is the direct request d (Direct or DirectBatch) addressed to
+// the orchestrator whose node token (NodeToken) is node: an executor sends
+// an attempt's report to the orchestrator that wrote its dispatch, which
+// has the task's record in memory and need not read it; when none answers
+// there (that orchestrator stopped), the sender asks them all on d. The
+// rights to publish d and DirectTo(*, d) go together (deploy/security).
+func DirectTo(node, d string) string {
+	return directToPrefix + node + "." + strings.TrimPrefix(d, directPrefix)
+}
+
+// DirectToNode is every direct request addressed to the orchestrator
+// whose node token is node (DirectTo).
+func DirectToNode(node string) string { return directToPrefix + node + ".>" }
+
+// DirectFromDirectTo is the direct request (Direct or DirectBatch) that
+// subj, addressed to one orchestrator (DirectTo), stands for, and whether
+// subj is one.
+func DirectFromDirectTo(subj string) (string, bool) {
+	rest, ok := strings.CutPrefix(subj, directToPrefix)
+	if !ok {
+		return "", false
+	}
+	_, d, ok := strings.Cut(rest, ".")
+	return directPrefix + d, ok
+}
+
+// NodeToken is the subject token naming the orchestrator whose node id
+// is node (DirectTo): node itself when it is a plain token (letters,
+// digits, '-' and '_', at most 64 bytes, as the default ids are), else "n"
+// and the hex of its 64-bit FNV-1a hash. Orchestrators and executors
+// compute it alike.
+func NodeToken(node string) string {
+	plain := node != "" && len(node) <= 64
+	for i := 0; plain && i < len(node); i++ {
+		c := node[i]
+		plain = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+	}
+	if plain {
+		return node
+	}
+	h := fnv.New64a()
+	h.Write([]byte(node))
+	return fmt.Sprintf("n%016x", h.Sum64())
+}
 
 // IsCompleted reports whether subj is a report's (Completed).
 func IsCompleted(subj string) bool { return strings.HasPrefix(subj, completedPrefix) }

@@ -1,6 +1,9 @@
 package subject
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestStateSubjects(t *testing.T) {
 	if got := State("a-1", "email.send"); got != "ax.state.a-1.email.send" {
@@ -23,4 +26,42 @@ func TestStateSubjects(t *testing.T) {
 	if got := StatePattern("email.>"); got != "ax.state.*.email.>" {
 		t.Fatalf("StatePattern = %q", got)
 	}
+}
+
+func TestDirectTo(t *testing.T) {
+	for _, node := range []string{"orchestrator-host-42", "a.b", "with space", strings.Repeat("x", 65), "", "ünï"} {
+		tok := NodeToken(node)
+		if tok == "" || strings.ContainsAny(tok, ".*> \t") || len(tok) > 64 || tok != NodeToken(node) {
+			t.Errorf("NodeToken(%q) = %q: not one stable subject token", node, tok)
+		}
+		for _, d := range []string{Direct(Completed("email.send")), DirectBatch(Completed("email.send"))} {
+			to := DirectTo(tok, d)
+			if back, ok := DirectFromDirectTo(to); !ok || back != d {
+				t.Errorf("DirectFromDirectTo(%q) = %q, %v; want %q", to, back, ok, d)
+			}
+			if matches(DirectAll, to) || !matches(DirectToNode(tok), to) || !matches(DirectToAll, to) {
+				t.Errorf("%q: must match %s and %s, not %s", to, DirectToNode(tok), DirectToAll, DirectAll)
+			}
+		}
+	}
+	if NodeToken("orchestrator-host-42") != "orchestrator-host-42" || NodeToken("a.b") == NodeToken("a_b") {
+		t.Error("plain ids are their own token; others hash")
+	}
+	if _, ok := DirectFromDirectTo(Direct(Completed("t"))); ok {
+		t.Error("a shared direct subject is not addressed")
+	}
+}
+
+// matches reports whether subj matches the NATS subject pattern pat.
+func matches(pat, subj string) bool {
+	p, s := strings.Split(pat, "."), strings.Split(subj, ".")
+	for i, tok := range p {
+		switch {
+		case tok == ">":
+			return len(s) > i
+		case i >= len(s) || tok != "*" && tok != s[i]:
+			return false
+		}
+	}
+	return len(p) == len(s)
 }
