@@ -310,9 +310,14 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 	if err != nil {
 		return nil, err
 	}
-	// AX_DLQ keeps one message per task: count each stream sequence once
-	// (an ordered consumer that resets after a hiccup may deliver one again).
+	// AX_DLQ keeps one message per task: a replay of a failed task's
+	// effects (its report applied twice, say, after a reply was lost)
+	// overwrites its dead letter, by design. A read that overlaps such an
+	// overwrite meets both the old message and the new, and an ordered
+	// consumer that resets after a hiccup may deliver one again: count each
+	// task once (the stream cannot hold two for one task).
 	seqs := make(map[uint64]bool)
+	seen := make(map[string]bool)
 	for last := uint64(0); last < info.State.LastSeq; {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -334,7 +339,10 @@ func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]i
 			if err := json.Unmarshal(msg.Data(), &dl); err != nil {
 				return nil, fmt.Errorf("decode dead letter %s: %w", msg.Subject(), err)
 			}
-			out[dl.Spec.ID]++
+			if !seen[msg.Subject()] {
+				seen[msg.Subject()] = true
+				out[dl.Spec.ID]++
+			}
 		}
 		if err := batch.Error(); err != nil {
 			return nil, err
