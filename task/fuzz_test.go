@@ -43,6 +43,7 @@ var specSeeds = []string{
 	`{"id":"a1","type":"t"}}`,
 	`{"id":"a1","type":"t","id":"a2"}`,
 	`null`,
+	`{"id":"a1","type":"t","payload":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
 	`[]`,
 	``,
 }

@@ -129,6 +129,7 @@ func FuzzSameDecoding(f *testing.F) {
 	for _, s := range []string{`{}`, `null`, `[]`, `{"task":{"state":1}}`, `{"attempt":"1"}`, `{"attempt":1e400}`, `{"at":"yesterday"}`, `{"id":"a","id":"b"}`, `{"ID":"upper"}`, `{"result":{"a":}`, "{\"id\":\"\xff\"}", `{"retry_after":"-5s"}`, `{"messages":[1,{"a":2},"x"]}`, ` {"id":"x"} `, `{"id":"x"} {}`} {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte(`{"result":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for name, zero := range messages {
 			a, b := zero(), zero()
@@ -148,4 +149,31 @@ func FuzzSameDecoding(f *testing.F) {
 			t.Fatalf("%q: Valid differs", data)
 		}
 	})
+}
+
+// TestDeepNestingAsTheStandardLibrary: nesting deeper than encoding/json
+// allows is refused with its error, whatever the message and wherever the
+// nesting (a report's result, a spec's payload, a batch's messages);
+// nesting it allows is read alike.
+func TestDeepNestingAsTheStandardLibrary(t *testing.T) {
+	for _, n := range []int{100, 9899, 9900, 10000, 10001, 20000, 200000} {
+		nest := strings.Repeat("[", n) + strings.Repeat("]", n)
+		for _, data := range []string{
+			`{"id":"a","result":` + nest + `}`,
+			`{"id":"a","payload":` + nest + `}`,
+			`{"messages":[` + nest + `]}`,
+			`{"id":"a","reason":"` + strings.Repeat("[", n) + `"}`, // in a string: no nesting
+		} {
+			for name, zero := range messages {
+				a, b := zero(), zero()
+				errA, errB := json.Unmarshal([]byte(data), a), wirejson.Unmarshal([]byte(data), b)
+				if fmt.Sprint(errA) != fmt.Sprint(errB) || errA == nil && !reflect.DeepEqual(a, b) {
+					t.Fatalf("%s, depth %d, %.40s…: encoding/json %v, wirejson %v", name, n, data, errA, errB)
+				}
+			}
+			if json.Valid([]byte(data)) != wirejson.Valid([]byte(data)) {
+				t.Fatalf("depth %d, %.40s…: Valid differs", n, data)
+			}
+		}
+	}
 }
