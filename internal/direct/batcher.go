@@ -6,12 +6,12 @@ import (
 )
 
 // Batcher hands messages to the orchestrators in batch direct requests,
-// one subject (and addressee, SendTo) at a time: a message for a subject with no batch in flight
-// goes at once (alone), and the messages that arrive while one is in
-// flight go together in the next (up to MaxBatch) — a group commit of
-// requests, so a burst costs a request per batch instead of one per
-// message, and a trickle waits for nothing. Its goroutines run while
-// messages wait; Close waits for them.
+// one subject (and addressee, SendTo) at a time: a message for a subject
+// with no batch in flight goes at once (alone), and the messages that
+// arrive while one is in flight go together in the next (up to MaxBatch)
+// — a group commit of requests, so a burst costs a request per batch
+// instead of one per message, and a trickle waits for nothing. Its
+// goroutines run while messages wait; Close waits for them.
 type Batcher struct {
 	s *Sender
 

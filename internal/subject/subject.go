@@ -9,6 +9,8 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+
+	"github.com/ax-run/ax/task"
 )
 
 // Stream names.
@@ -394,12 +396,7 @@ func DirectFromDirectTo(subj string) (string, bool) {
 // and the hex of its 64-bit FNV-1a hash. Orchestrators and executors
 // compute it alike.
 func NodeToken(node string) string {
-	plain := node != "" && len(node) <= 64
-	for i := 0; plain && i < len(node); i++ {
-		c := node[i]
-		plain = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
-	}
-	if plain {
+	if task.ValidCapability(node) { // the same form: 1–64 of [A-Za-z0-9_-]
 		return node
 	}
 	h := fnv.New64a()

@@ -35,15 +35,6 @@ func Unmarshal(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-// Valid reports whether data is one valid JSON value, as
-// encoding/json.Valid.
-func Valid(data []byte) bool {
-	if deep(data) {
-		return stdjson.Valid(data)
-	}
-	return json.Valid(data)
-}
-
 // stdDepth is encoding/json's limit on nesting (objects and arrays within
 // each other): it refuses deeper input, segmentio/encoding has no limit
 // (and parses a million levels in about half a second). Input nested
