@@ -53,6 +53,26 @@ func streamOn(t *testing.T, url string, replicas int) (jetstream.JetStream, jets
 	if err != nil {
 		t.Fatalf("create stream: %v", err)
 	}
+	// A replicated stream just created may still elect its leader, or
+	// change it once its replicas catch up (writes then got no response,
+	// or their answers were lost): start once it has a leader, every
+	// replica is current, and a write is answered.
+	for replicas > 1 {
+		info, err := st.Info(ctx)
+		ready := err == nil && info.Cluster != nil && info.Cluster.Leader != "" && len(info.Cluster.Replicas) == replicas-1
+		for i := 0; ready && i < len(info.Cluster.Replicas); i++ {
+			ready = info.Cluster.Replicas[i].Current
+		}
+		if ready {
+			if _, err := js.Publish(ctx, "s.ready", nil); err == nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("stream %s not ready: %v", cfg.Name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	return js, st
 }
 
