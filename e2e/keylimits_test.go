@@ -101,8 +101,8 @@ func TestConcurrencyLimitKill9(t *testing.T) {
 
 // TestFairnessQueueKill9: the orchestrator holding tasks queued for their
 // fairness key's turn is killed with kill -9. Its queue dies with it; the
-// next orchestrator's sweep finds the tasks' owner (named in their sweep
-// entries) gone, and dispatches them again: every task runs to success.
+// next orchestrator finds the sweeps naming the gone owner (its tasks'
+// looks) within seconds, and dispatches them again: every task succeeds.
 func TestFairnessQueueKill9(t *testing.T) {
 	c := newCluster(t)
 	c.startServer()

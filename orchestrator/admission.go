@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ax-run/ax/internal/admission"
 	"github.com/ax-run/ax/task"
@@ -39,7 +40,7 @@ func (a fairAdmitter) Admit(ctx context.Context, tk *admission.Ticket) (admissio
 	if !a.q.queue(tk.Task, tk.Rev) {
 		return admission.Admit, nil
 	}
-	if err := a.q.o.sweeps.add(ctx, tk.Task, a.q.o.instance); err != nil {
+	if err := a.q.o.sweeps.add(ctx, tk.Task, a.q.o.instance, time.Time{}); err != nil {
 		return admission.Queue, fmt.Errorf("sweep: %w", err)
 	}
 	return admission.Queue, nil

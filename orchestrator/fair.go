@@ -382,12 +382,17 @@ type fairOwnerReply struct {
 // taken over from a dead one), false for the usual look (its owner
 // dispatched it).
 func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner string) (taken bool, err error) {
-	if owner == o.instance {
-		return false, nil // not queued here any more: dispatched
+	if owner == o.instance || t.DispatchRevision != 0 {
+		return false, nil // not queued any more: dispatched
 	}
-	reply, err := o.nc.RequestWithContext(ctx, subject.FairOwner(owner), []byte(t.ID))
+	var reply *nats.Msg
+	err = errOwnerGone
+	if !o.gone.has(owner) {
+		reply, err = o.nc.RequestWithContext(ctx, subject.FairOwner(owner), []byte(t.ID))
+	}
 	switch {
-	case errors.Is(err, nats.ErrNoResponders):
+	case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, errOwnerGone):
+		o.gone.add(owner)
 		// Its owner is gone: dispatch it again under a new execution
 		// (of several orchestrators looking, one does).
 		moved := false
@@ -410,10 +415,11 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 	return false, nil
 }
 
-// armFairWatch arms the watch of a ready task that owner holds queued for
-// its fairness key's turn: the look asks the owner again.
+// armFairWatch arms the next look at a ready task that owner holds queued
+// for its fairness key's turn, which asks the owner again: an entry in a
+// sweep naming owner, so that the task is found at once should owner go.
 func (o *Orchestrator) armFairWatch(ctx context.Context, t task.Task, owner string) error {
-	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t), ExecutionID: t.ExecutionID, Owner: owner})
+	return o.sweeps.add(ctx, t, owner, o.watchTime(t))
 }
 
 // drain dispatches every queued task at the orchestrator's stop and

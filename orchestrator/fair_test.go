@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ax-run/ax/executor"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
 	"github.com/ax-run/ax/task"
@@ -141,4 +145,100 @@ func TestFairnessWindowFollowsTheDrain(t *testing.T) {
 		t.Errorf("with the default window, %d of a's tasks (of %d waiting) started after b's last task was ready and before it started; want about a second of work (50)", ahead, left)
 	}
 	t.Logf("with the default window and 20-ms handlers, %d of a's %d waiting tasks started after b's last task was ready and before it started", ahead, left)
+}
+
+// TestGoneOrchestratorsFairQueueIsTakenOver: an orchestrator holding 40
+// tasks queued for their fairness key's turn loses its connection (as in
+// a kill -9); another orchestrator takes them over within seconds —
+// dispatched again under new executions — instead of when their looks
+// come due (ten minutes here), and every task runs once.
+func TestGoneOrchestratorsFairQueueIsTakenOver(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	cfg := orchestrator.Config{Retry: fastRetry, FairWindow: 1, ReconcileInterval: 10 * time.Minute, ReconcileMaxInterval: time.Hour}
+	cfg.Logger = testenv.SlogLogger(t)
+	ncA, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := orchestrator.New(ncA, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.Stop(ctx) // its connection is closed: what it holds is lost
+	})
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 3*time.Minute)
+	var specs []task.Spec
+	for i := range 40 {
+		s := newSpec(fmt.Sprint("q-", i), "job")
+		s.FairnessKey = "a"
+		specs = append(specs, s)
+	}
+	if _, err := c.SubmitMany(ctx, specs); err != nil {
+		t.Fatal(err)
+	}
+	// No executor: one dispatch waits in the level (the window), the
+	// others queue in a, each with its look in a sweep naming a.
+	js, _ := jetstream.New(c.Conn())
+	testenv.Eventually(t, time.Minute, "the tasks ready and queued", func() bool {
+		for _, s := range specs {
+			if got, err := c.Get(ctx, s.ID); err != nil || got.State != task.Ready {
+				return false
+			}
+		}
+		st, err := js.Stream(ctx, subject.StreamTimers)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject.OwnedSweepsAll))
+		return err == nil && len(info.State.Subjects) > 0
+	})
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	gone := time.Now()
+	ncA.Close()
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	ex.HandleFunc("job", func(_ context.Context, j *executor.Job) (any, error) {
+		mu.Lock()
+		runs[j.ID]++
+		mu.Unlock()
+		return nil, nil
+	})
+	testenv.Start(t, ex)
+	takenOver := 0
+	for _, s := range specs {
+		got, err := c.Wait(ctx, s.ID)
+		if err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v", s.ID, got, err)
+		}
+		hist, err := c.History(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range hist {
+			if strings.Contains(ev.Event.Reason, "fairness key's turn is gone") {
+				takenOver++
+				break
+			}
+		}
+	}
+	t.Logf("%d of 40 tasks taken over from the gone orchestrator; all succeeded %s after it went", takenOver, time.Since(gone).Round(time.Millisecond))
+	if takenOver < 30 {
+		t.Errorf("%d of the 40 tasks were taken over from the gone orchestrator; want the queued ones (all but the window's)", takenOver)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range runs {
+		if n != 1 {
+			t.Errorf("%s ran %d times", id, n)
+		}
+	}
 }

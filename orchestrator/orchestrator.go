@@ -95,6 +95,8 @@ type Orchestrator struct {
 	// tasks, which executors watch (effects.go, revoke).
 	revoked jetstream.KeyValue
 	fair    *fairQueue
+	// gone remembers the orchestrator instances found gone (orphans.go).
+	gone goneOwners
 	// admission decides when a ready task is dispatched: its key's
 	// limits, then its fairness key's turn.
 	admission admission.Chain
@@ -220,6 +222,10 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 	o.sweeps = newSweepBatcher(o)
 	o.bg.Add(1)
 	go o.sweeps.run(sweepCtx)
+	// Taking over the fairness queues of orchestrators that are gone
+	// looks at tasks with the sweep batcher.
+	o.bg.Add(1)
+	go o.orphanLoop(runCtx)
 	// Direct requests apply outcomes, whose effects use the sweep batcher.
 	if err := o.serveDirect(runCtx); err != nil {
 		cancel()

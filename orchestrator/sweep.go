@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nuid"
 	"golang.org/x/sync/errgroup"
@@ -54,7 +55,10 @@ type sweepBatcher struct {
 }
 
 type sweepReq struct {
-	e    sweepEntry
+	e sweepEntry
+	// at is when the entry's look is due (zero: ReconcileInterval after
+	// its timer is stored).
+	at   time.Time
 	done chan error
 }
 
@@ -63,16 +67,17 @@ func newSweepBatcher(o *Orchestrator) *sweepBatcher {
 }
 
 // add stores t's entry in a sweep timer (owner: the instance holding t
-// queued for fairness, or "") and returns once it is stored. After the
-// batcher stopped it arms a per-task watch instead.
-func (b *sweepBatcher) add(ctx context.Context, t task.Task, owner string) error {
+// queued for fairness, or "") and returns once it is stored. The look is
+// due at (zero: ReconcileInterval from now). After the batcher stopped it
+// arms a per-task watch instead.
+func (b *sweepBatcher) add(ctx context.Context, t task.Task, owner string, at time.Time) error {
 	done := make(chan error, 1)
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
 		return b.o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: b.o.watchTime(t), ExecutionID: t.ExecutionID, Owner: owner})
 	}
-	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID, Owner: owner}, done: done})
+	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID, Owner: owner}, at: at, done: done})
 	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
@@ -113,21 +118,52 @@ func (b *sweepBatcher) run(ctx context.Context) {
 			if n == 0 {
 				break
 			}
-			err := b.flush(ctx, batch)
-			for _, r := range batch {
-				r.done <- err
-			}
+			b.flush(ctx, batch)
 		}
 	}
 }
 
-func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) error {
-	entries := make([]sweepEntry, len(batch))
-	for i, r := range batch {
-		entries[i] = r.e
-	}
+// sweepGroup is what one sweep timer holds: the entries of one owner due
+// at about one time.
+type sweepGroup struct {
+	owner string
+	at    time.Time
+}
+
+// flush stores batch's entries, one timer per owner and due time (rounded
+// up to a sixth of ReconcileInterval, so that the looks of tasks queued
+// about together share a timer), and answers each entry's caller. A timer
+// of tasks queued for fairness names their owner (subject.OwnedSweep): if
+// it goes, the others find them at once (takeOverOrphans).
+func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) {
 	o := b.o
-	return o.armTimer(ctx, subject.TimerSweep, timerFire{ID: nuid.Next(), At: o.now().Add(o.cfg.ReconcileInterval), Tasks: entries})
+	now := o.now()
+	round := max(o.cfg.ReconcileInterval/6, time.Millisecond)
+	groups := map[sweepGroup][]sweepReq{}
+	for _, r := range batch {
+		g := sweepGroup{owner: r.e.Owner, at: now.Add(o.cfg.ReconcileInterval)}
+		if !r.at.IsZero() {
+			g.at = r.at
+		}
+		if t := g.at.Truncate(round); t.Before(g.at) {
+			g.at = t.Add(round)
+		}
+		groups[g] = append(groups[g], r)
+	}
+	for g, reqs := range groups {
+		entries := make([]sweepEntry, len(reqs))
+		for i, r := range reqs {
+			entries[i] = r.e
+		}
+		id := nuid.Next()
+		if g.owner != "" {
+			id = subject.OwnedSweep(g.owner, id)
+		}
+		err := o.armTimer(ctx, subject.TimerSweep, timerFire{ID: id, At: g.at, Tasks: entries})
+		for _, r := range reqs {
+			r.done <- err
+		}
+	}
 }
 
 // sweepWorkers bounds the concurrent reads of one sweep.

@@ -659,6 +659,28 @@ func FairOwner(instance string) string { return "ax.fairowner." + instance }
 // FairOwnerAll matches every FairOwner subject.
 const FairOwnerAll = "ax.fairowner.>"
 
+// OwnedSweep is the id of a sweep timer (TimerSweep) holding tasks that the
+// orchestrator instance owner queued for fairness: two tokens,
+// <owner>.<batch>, so that the sweeps of one instance can be listed
+// (OwnedSweepsAll) when it is gone. owner is an instance name (a NUID).
+func OwnedSweep(owner, batch string) string { return owner + "." + batch }
+
+// OwnedSweepsAll matches the schedules of every OwnedSweep timer.
+const OwnedSweepsAll = "ax.timer.sweep.*.*"
+
+// OwnerOfSweep returns the owner of an OwnedSweep schedule's subject.
+func OwnerOfSweep(subj string) (string, bool) {
+	rest, ok := strings.CutPrefix(subj, "ax.timer."+string(TimerSweep)+".")
+	if !ok {
+		return "", false
+	}
+	owner, batch, ok := strings.Cut(rest, ".")
+	if !ok || owner == "" || batch == "" || strings.Contains(batch, ".") {
+		return "", false
+	}
+	return owner, true
+}
+
 // SlotWaitAll matches every task waiting for a concurrency slot.
 const SlotWaitAll = "ax.slotwait.>"
 

@@ -53,3 +53,21 @@ func TestDirectTo(t *testing.T) {
 		t.Error("a shared direct subject is not addressed")
 	}
 }
+
+func TestOwnedSweeps(t *testing.T) {
+	subj := Timer(TimerSweep, OwnedSweep("INST1", "B2"))
+	if owner, ok := OwnerOfSweep(subj); !ok || owner != "INST1" {
+		t.Errorf("OwnerOfSweep(%q) = %q, %v", subj, owner, ok)
+	}
+	for _, s := range []string{
+		Timer(TimerSweep, "B2"),         // a sweep of dispatched tasks
+		Timer(TimerWatch, "INST1.B2"),   // another kind
+		Fire(TimerSweep, "INST1.B2"),    // the fired copy
+		Timer(TimerSweep, "INST1.B2.x"), // three tokens
+		"ax.timer.sweep..B2", "ax.timer.sweep.INST1.",
+	} {
+		if owner, ok := OwnerOfSweep(s); ok {
+			t.Errorf("OwnerOfSweep(%q) = %q, want none", s, owner)
+		}
+	}
+}
