@@ -43,8 +43,13 @@ func Unmarshal(data []byte, v any) error {
 const stdDepth = 10000
 
 // deep reports whether data nests objects and arrays more than
-// stdDepth-100 deep, counting brackets outside strings in one pass.
+// stdDepth-100 deep, counting brackets outside strings in one pass. Input
+// shorter than that many bytes cannot: AX's messages (a few KiB) are not
+// scanned.
 func deep(data []byte) bool {
+	if len(data) <= stdDepth-100 {
+		return false
+	}
 	depth, inString, escaped := 0, false, false
 	for _, c := range data {
 		switch {
