@@ -28,8 +28,11 @@ import (
 // every orchestrator lists the owned sweeps pending in AX_TIMERS every
 // orphanScanInterval (one stream info request, filtered by subject) and
 // asks each other owner found whether it is still there (its FairOwner
-// subject). An owner with no responders is gone — its connection closed:
-// a crash, a kill, a stop — and its sweeps are looked at at once, which
+// subject). An owner with no responders at two scans in a row is gone —
+// its connection closed: a crash, a kill, a stop; one scan could fall in
+// the moment a live orchestrator reconnects to another server, whose
+// takeover would be safe (the owner's dispatch of an execution replaced
+// is refused) but wasted — and its sweeps are looked at at once, which
 // dispatches its queued tasks again under new executions (fairTakeOver;
 // of several orchestrators doing so, one's compare-and-set wins each
 // task). The sweep's schedule is then replaced by an empty message that
@@ -86,13 +89,14 @@ func (o *Orchestrator) orphanLoop(ctx context.Context) {
 	tick := time.NewTicker(orphanScanInterval)
 	defer tick.Stop()
 	var warned time.Time
+	suspects := map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		err := o.takeOverOrphans(ctx)
+		err := o.takeOverOrphans(ctx, suspects)
 		if err != nil && ctx.Err() == nil && time.Since(warned) >= time.Minute {
 			// JetStream unavailable for a while says so once a minute.
 			warned = time.Now()
@@ -102,8 +106,9 @@ func (o *Orchestrator) orphanLoop(ctx context.Context) {
 }
 
 // takeOverOrphans looks once for the owned sweeps of gone orchestrators
-// and looks at their tasks.
-func (o *Orchestrator) takeOverOrphans(ctx context.Context) error {
+// and looks at their tasks. suspects holds the owners that had no
+// responders at the previous scan; it is updated for the next.
+func (o *Orchestrator) takeOverOrphans(ctx context.Context, suspects map[string]bool) error {
 	info, err := o.timers.Info(ctx, jetstream.WithSubjectFilter(subject.OwnedSweepsAll))
 	if err != nil {
 		return fmt.Errorf("list the owned sweeps: %w", err)
@@ -114,14 +119,25 @@ func (o *Orchestrator) takeOverOrphans(ctx context.Context) error {
 			byOwner[owner] = append(byOwner[owner], subj)
 		}
 	}
+	for owner := range suspects {
+		if _, ok := byOwner[owner]; !ok {
+			delete(suspects, owner)
+		}
+	}
 	for owner, subjs := range byOwner {
 		if !o.gone.has(owner) {
 			actx, cancel := context.WithTimeout(ctx, orphanAsk)
 			_, err := o.nc.RequestWithContext(actx, subject.FairOwner(owner), nil)
 			cancel()
 			if !errors.Is(err, nats.ErrNoResponders) {
+				delete(suspects, owner)
 				continue // there (or not answering: left alone this round)
 			}
+			if !suspects[owner] {
+				suspects[owner] = true // gone, or reconnecting: ask again next scan
+				continue
+			}
+			delete(suspects, owner)
 			o.gone.add(owner)
 			o.log.Info("an orchestrator holding tasks queued for fairness is gone; taking them over", slog.String("instance", owner), slog.Int("sweeps", len(subjs)))
 		}
