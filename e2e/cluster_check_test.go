@@ -50,6 +50,11 @@ type clusterFindings struct {
 	longestRaw, longest stall
 	top                 []stall
 	byState             map[task.State]stall // longest per state, as longest
+	// slotWait: the longest a ready task waited for a slot of its
+	// concurrency key (its last event "held: concurrency limit of key
+	// … reached"), which longest leaves out: a key at its limit holds its
+	// tasks back by design, for as long as its running tasks take.
+	slotWait stall
 }
 
 // isClusterTask reports whether an id is the workload's (submitted or a
@@ -266,6 +271,12 @@ func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]ti
 					continue // waiting for work that had not ended
 				}
 				s.d = end.Sub(s.since)
+			}
+			if held := "held: concurrency limit of key "; ev.To == task.Ready && (strings.HasPrefix(ev.Reason, held) || strings.HasPrefix(ev.Task.Reason, held)) {
+				if s.d > f.slotWait.d {
+					f.slotWait = s
+				}
+				continue
 			}
 			f.top = append(f.top, s)
 			if s.d > f.longest.d {

@@ -209,7 +209,8 @@ func TestCluster(t *testing.T) {
   missing:        %d acknowledged submissions without a task
   violations:     %d history invariant violations
   key limits:     most attempts of one tenant at once %v (limit %d)
-  longest stall:  %s (not counting waits for unfinished upstreams or shards)
+  longest stall:  %s (not counting waits for unfinished upstreams or shards, or for a slot of a concurrency key)
+  slot wait:      %s (the longest wait for a slot of a concurrency key)
   raw stall:      %s (any unfinished task without an event)
   by state:       %s
   top stalls:     %v
@@ -222,7 +223,7 @@ func TestCluster(t *testing.T) {
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
 		stuckLine, len(f.missing), f.violations, peaks, clusterKeyLimit,
-		f.longest, f.longestRaw, f.stallsByState(), f.top,
+		f.longest, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
