@@ -6,6 +6,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,6 +67,11 @@ type Config struct {
 	// Bare, when > 0, also measures bare JetStream on the same server with
 	// that many jobs (see Bare), the floor AX's figures are read against.
 	Bare int
+	// Loop, when > 0, also measures the minimal durable job loop (see
+	// durableLoop) on the same server with that many jobs and LoopWorkers
+	// jobs in hand at most (default BareWorkers).
+	Loop        int
+	LoopWorkers int
 	// MySQLDSN, when set, runs the audit mirror during the bench and
 	// measures its throughput and lag.
 	MySQLDSN string
@@ -91,6 +97,9 @@ type Result struct {
 	Mirror        *MirrorStats `json:"mirror,omitempty"`
 	// Bare is bare JetStream's figure on the same server (Config.Bare).
 	Bare *Bare `json:"bare,omitempty"`
+	// Loop is the minimal durable job loop's figure on the same server
+	// (Config.Loop).
+	Loop *Loop `json:"loop,omitempty"`
 	// PeakRSS is the bench process's peak resident memory in bytes, at the
 	// end of its phases (bare JetStream's loop not yet run): the
 	// orchestrators, the executor, the producer and the observer, and an
@@ -506,6 +515,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			b.ServerTraffic = traffic().per(sent, b.Jobs)
 		}
 		res.Bare = &b
+	}
+	if cfg.Loop > 0 {
+		l, err := durableLoop(ctx, js, cfg.Loop, cmp.Or(cfg.LoopWorkers, BareWorkers), topo.Replicas)
+		if err != nil {
+			return res, err
+		}
+		res.Loop = &l
 	}
 	if mw != nil {
 		st, err := mw.finish(ctx)

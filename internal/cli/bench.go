@@ -179,6 +179,16 @@ on a fresh embedded server:
 					fmt.Fprintf(g.stdout, "server traffic per bare job: %s\n", traffic(t))
 				}
 			}
+			if l := res.Loop; l != nil {
+				fmt.Fprintf(g.stdout, "\nminimal durable job loop on the same server (no orchestrator: compare-and-set creation record = dispatch, compare-and-set final record, atomic batches, AckAll; at most %d jobs in hand): %.0f jobs/s, %d atomic batches",
+					l.Workers, l.JobsPerSec, l.Batches)
+				for _, p := range phases {
+					if p.Name == "throughput" {
+						fmt.Fprintf(g.stdout, "; AX's throughput is %.0f%% of it", 100*p.TasksPerSec/l.JobsPerSec)
+					}
+				}
+				fmt.Fprintln(g.stdout)
+			}
 			if m := res.Mirror; m != nil {
 				fmt.Fprintf(g.stdout, "\nMySQL mirror: %d events in %.1fs (%.0f events/s over the whole run), max lag %s, max backlog %d events\n",
 					m.Events, m.Elapsed.Seconds(), m.EventsPerSec, m.MaxLag.Round(time.Millisecond), m.MaxPending)
@@ -197,6 +207,8 @@ on a fresh embedded server:
 	f.IntVar(&cfg.Orchestrators, "orchestrators", 1, "orchestrators to run, each on its own connection, sharing the work as that many `ax orchestrator` processes (with --cluster: spread over the servers)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
+	f.IntVar(&cfg.Loop, "loop", 0, "jobs for the minimal durable job loop on the same server (stream AX_BENCH_LOOP, removed after): what JetStream allows a durable, fenced job with no orchestrator, in the same storage mode (0 skips it)")
+	f.IntVar(&cfg.LoopWorkers, "loop-workers", bench.BareWorkers, "jobs the minimal durable loop holds in hand at most (as that many workers)")
 	f.IntVar(&cfg.Bare, "bare", 20000, "jobs for the bare JetStream reference loop on the same server (streams AX_BENCH_BARE_IN/OUT, removed after), printed beside AX's throughput (0 skips it)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
