@@ -30,6 +30,26 @@ func newSpec(id, typ string, deps ...string) task.Spec {
 	return s
 }
 
+// succeededWithReason waits for task id to succeed (failing the test if it
+// does not) and reports whether an event of its history has a reason
+// starting with prefix.
+func succeededWithReason(ctx context.Context, t *testing.T, c *sdk.Client, id, prefix string) bool {
+	t.Helper()
+	if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+		t.Fatalf("%s: %+v %v", id, got, err)
+	}
+	h, err := c.History(ctx, id)
+	if err != nil {
+		t.Fatalf("history of %s: %v", id, err)
+	}
+	for _, ev := range h {
+		if strings.HasPrefix(ev.Event.Reason, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // transitions returns a task's history as "from>to" strings.
 func transitions(t *testing.T, c *sdk.Client, id string) []string {
 	t.Helper()

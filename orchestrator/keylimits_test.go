@@ -193,18 +193,8 @@ func TestRateLimitPerKey(t *testing.T) {
 	}
 	heldOnes := 0
 	for _, s := range specs {
-		if got, err := c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
-			t.Fatalf("%s: %+v %v", s.ID, got, err)
-		}
-		h, err := c.History(ctx, s.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range h {
-			if strings.HasPrefix(ev.Event.Reason, "held: rate limit of key api (5 per 400ms)") {
-				heldOnes++
-				break
-			}
+		if succeededWithReason(ctx, t, c, s.ID, "held: rate limit of key api (5 per 400ms)") {
+			heldOnes++
 		}
 	}
 	mu.Lock()
