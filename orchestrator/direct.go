@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/wirejson"
 	"github.com/ax-run/ax/task"
@@ -101,6 +102,26 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 // applied at once.
 const directBatchWorkers = 32
 
+// directBatchItems bounds the messages of all batch direct requests
+// applied at once by one orchestrator: what its request workers (Workers)
+// could start at directBatchWorkers each, whatever batchWorkers allows one
+// batch.
+const directBatchItems = 256 * directBatchWorkers
+
+// batchWorkers is how many messages of a batch direct request of n are
+// applied at once. With group commit, all of them (up to a group's most,
+// groupcommit.DefaultMaxBatch): each waits for its record's write, and a
+// synced batch takes milliseconds, so a batch of 256 applied 32 at a time
+// waited for eight group commits in series, its sender for all of them
+// (ax bench --sync-always --group-commit: about 2,000 tasks/s, capped by
+// the executors' report batches).
+func (o *Orchestrator) batchWorkers(n int) int {
+	if o.committer != nil {
+		return max(directBatchWorkers, min(n, groupcommit.DefaultMaxBatch))
+	}
+	return directBatchWorkers
+}
+
 // answerDirectBatch applies the messages of a batch direct request, each
 // as if it had been stored on stored (the submissions or the reports of
 // one type: the subject carries the type the sender may publish), and
@@ -124,9 +145,16 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 	}
 	rep.Results = make([]task.DirectReply, len(b.Messages))
 	var g errgroup.Group
-	g.SetLimit(directBatchWorkers)
+	g.SetLimit(o.batchWorkers(len(b.Messages)))
 	for i, body := range b.Messages {
+		select {
+		case o.batchItems <- struct{}{}:
+		case <-ctx.Done():
+			rep.Results[i].Error = "the orchestrator is stopping"
+			continue
+		}
 		g.Go(func() error {
+			defer func() { <-o.batchItems }()
 			var err error
 			if kind == "report" {
 				err = o.acceptReport(ctx, subject.TypeFromCompleted(stored), stored, body)

@@ -97,6 +97,9 @@ type Orchestrator struct {
 	fair    *fairQueue
 	// gone remembers the orchestrator instances found gone (orphans.go).
 	gone goneOwners
+	// batchItems bounds the messages of batch direct requests applied at
+	// once (direct.go).
+	batchItems chan struct{}
 	// admission decides when a ready task is dispatched: its key's
 	// limits, then its fairness key's turn.
 	admission admission.Chain
@@ -142,7 +145,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), batchItems: make(chan struct{}, directBatchItems), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
 	o.admission = admission.Chain{keyAdmitter{o}}
