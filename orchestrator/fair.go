@@ -385,14 +385,17 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 	if owner == o.instance || t.DispatchRevision != 0 {
 		return false, nil // not queued any more: dispatched
 	}
+	// An owner the orphan scan found gone (orphans.go) is not asked; one
+	// with no responders now is taken for gone for this task only (it may
+	// be reconnecting: the scan decides for the rest of its queue).
+	gone := o.gone.has(owner)
 	var reply *nats.Msg
-	err = errOwnerGone
-	if !o.gone.has(owner) {
+	if !gone {
 		reply, err = o.nc.RequestWithContext(ctx, subject.FairOwner(owner), []byte(t.ID))
+		gone = errors.Is(err, nats.ErrNoResponders)
 	}
 	switch {
-	case errors.Is(err, nats.ErrNoResponders) || errors.Is(err, errOwnerGone):
-		o.gone.add(owner)
+	case gone:
 		// Its owner is gone: dispatch it again under a new execution
 		// (of several orchestrators looking, one does).
 		moved := false

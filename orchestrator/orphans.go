@@ -51,9 +51,6 @@ const orphanAsk = 2 * time.Second
 // orphanWorkers bounds the sweeps of a gone owner looked at at once.
 const orphanWorkers = 4
 
-// errOwnerGone: the instance that queued a task is known to be gone.
-var errOwnerGone = errors.New("the orchestrator that queued it is gone")
-
 // goneOwners remembers the orchestrator instances found gone (an instance
 // name is new at every start, so a gone one never comes back), so that
 // their tasks are taken over without asking each time.
