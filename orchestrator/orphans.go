@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -138,7 +137,6 @@ func (o *Orchestrator) takeOverOrphans(ctx context.Context, suspects map[string]
 			o.gone.add(owner)
 			o.log.Info("an orchestrator holding tasks queued for fairness is gone; taking them over", slog.String("instance", owner), slog.Int("sweeps", len(subjs)))
 		}
-		sort.Strings(subjs)
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(orphanWorkers)
 		for _, subj := range subjs {
