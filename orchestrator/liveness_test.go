@@ -860,3 +860,45 @@ func TestLostDispatchInBusyLevelIsRedispatched(t *testing.T) {
 		t.Fatalf("ready_not_dispatched repairs %v, want ≥ 1", n)
 	}
 }
+
+// TestDependentMissedByItsUpstreamsEnd: a dependent whose upstream's end
+// does not find it — here its edge is purged before the end; in a cluster,
+// a read answered by a stream leader cut off by a partition — is released
+// by its first look, about dependencyLook after it registered, not an
+// interval (an hour here) later.
+func TestDependentMissedByItsUpstreamsEnd(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	reg := prometheus.NewRegistry()
+	cfg := orchestrator.Config{ReconcileInterval: time.Hour, RunGrace: 2 * time.Second, Metrics: promorch.New(reg)}
+	testenv.Orchestrator(t, srv.URL(), cfg)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, 2*time.Minute)
+	up := newSpec("missed-up", "ok")
+	up.Capability = "missed-later"
+	if _, err := c.Submit(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, newSpec("missed-child", "ok", "missed-up")); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(c.Conn())
+	edges, err := js.Stream(ctx, subject.StreamEdges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the child's edge stored", func() bool {
+		_, err := edges.GetLastMsgForSubject(ctx, subject.Edge("missed-up", "missed-child"))
+		return err == nil
+	})
+	if err := edges.Purge(ctx, jetstream.WithPurgeSubject(subject.EdgesOf("missed-up"))); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Start(t, okExecutor(t, srv.URL(), executor.Config{Capabilities: []string{"default", "missed-later"}}))
+	if got, err := c.Wait(ctx, "missed-child"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("missed-child: %+v %v", got, err)
+	}
+	if n := value(t, reg, "ax_reconciler_repairs_total", map[string]string{"reason": "waiting_resolved"}); n != 1 {
+		t.Fatalf("waiting_resolved repairs %v, want 1", n)
+	}
+}

@@ -45,6 +45,12 @@ const (
 	repairFairLost      = "fair_queue_lost"
 )
 
+// dependencyLook is how soon the reconciler first looks at a dependent
+// still waiting after it registered: past the 10 s a JetStream stream
+// leader cut off from its peers keeps answering reads before it steps
+// down (raft's lost-quorum interval).
+const dependencyLook = 12 * time.Second
+
 // armWatch (re)arms the reconciler's look at an unfinished task.
 func (o *Orchestrator) armWatch(ctx context.Context, t task.Task) error {
 	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: o.watchTime(t)})
@@ -93,6 +99,16 @@ func (o *Orchestrator) watchTime(t task.Task) time.Time {
 		// their healing (a chaos run saw one wait 8 minutes: its looks
 		// fell in the faults and backed off to 4 minutes).
 		return now.Add(o.cfg.ReconcileInterval)
+	case t.State == task.Waiting && len(t.DependsOn) > 0 && now.Sub(t.UpdatedAt) < dependencyLook/2:
+		// A dependent just registered decided to wait on reads: of its
+		// upstreams' records, and — when one ends — of its edges. Either
+		// read may come from a stream leader cut off by a partition,
+		// which answers from behind until it steps down; then the
+		// upstream's end and the dependent's registration each miss the
+		// other. The first look comes when such a leader is gone, not
+		// an interval later (a chaos run saw a dependent created as its
+		// upstream ended wait 70 s for it).
+		return now.Add(min(dependencyLook, o.cfg.ReconcileInterval))
 	}
 	still := now.Sub(t.UpdatedAt)
 	if t.State == task.Ready && t.ReadyAt != nil {
