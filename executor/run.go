@@ -262,53 +262,48 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 // or supersedes while it waits, so a dispatch delivered is one to run. A
 // redelivery, which may take over an execution whose executor died, and a
 // task with a dispatch timeout, whose re-dispatch must not race its start,
-// ask the orchestrator to claim it (claimByOrchestrator). It returns
+// ask the orchestrator to claim it (askClaim, ax.claim.<capability>). It returns
 // ok=false when the task must not run, and the revision of the
 // orchestrator's running record (0 if none).
 func (e *Executor) claim(ctx context.Context, d task.Dispatch, delivered uint64) (claimed task.Task, claimRev uint64, ok bool, err error) {
 	if delivered > 1 || d.DispatchTimeout > 0 {
-		return e.claimByOrchestrator(ctx, d, delivered, e.cfg.Now().UTC(), false)
+		return e.askClaim(ctx, task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
+			Executor: e.cfg.ID, StartedAt: e.cfg.Now().UTC(), Delivered: delivered, Token: d.Token}, d.Capability)
 	}
 	return d.Claimed(e.cfg.ID, e.cfg.Now().UTC()), 0, true, nil
 }
 
-// claimByOrchestrator asks the orchestrator to mark the dispatch's attempt
-// running on this executor (task.ClaimRequest on ax.claim.<capability>).
-func (e *Executor) claimByOrchestrator(ctx context.Context, d task.Dispatch, delivered uint64, started time.Time, mark bool) (task.Task, uint64, bool, error) {
-	return e.askClaim(ctx, task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID, Revision: d.Revision,
-		Executor: e.cfg.ID, StartedAt: started, Delivered: delivered, Mark: mark, Token: d.Token}, d)
-}
-
-// askClaim sends a claim request for d and reads the answer.
-func (e *Executor) askClaim(ctx context.Context, req task.ClaimRequest, d task.Dispatch) (task.Task, uint64, bool, error) {
+// askClaim sends a claim request for a task of a capability and reads the
+// answer: the running record when it is granted.
+func (e *Executor) askClaim(ctx context.Context, req task.ClaimRequest, capability string) (task.Task, uint64, bool, error) {
 	data, err := wirejson.Marshal(req)
 	if err != nil {
-		return d.Task, 0, false, fmt.Errorf("encode claim of %s: %w", d.ID, err)
+		return task.Task{}, 0, false, fmt.Errorf("encode claim of %s: %w", req.ID, err)
 	}
-	msg, err := e.nc.RequestWithContext(ctx, subject.Claim(d.Capability), data)
+	msg, err := e.nc.RequestWithContext(ctx, subject.Claim(capability), data)
 	if err != nil {
-		return d.Task, 0, false, fmt.Errorf("claim %s: %w", d.ID, err)
+		return task.Task{}, 0, false, fmt.Errorf("claim %s: %w", req.ID, err)
 	}
 	var rep task.ClaimReply
 	if err := wirejson.Unmarshal(msg.Data, &rep); err != nil {
-		return d.Task, 0, false, fmt.Errorf("claim %s: unreadable reply: %w", d.ID, err)
+		return task.Task{}, 0, false, fmt.Errorf("claim %s: unreadable reply: %w", req.ID, err)
 	}
 	switch {
 	case rep.Error != "" && rep.Status != task.ClaimEnded:
-		return d.Task, 0, false, fmt.Errorf("claim %s: %s", d.ID, rep.Error)
+		return task.Task{}, 0, false, fmt.Errorf("claim %s: %s", req.ID, rep.Error)
 	case rep.Status == task.ClaimGranted && rep.Task != nil:
 		return *rep.Task, rep.Revision, true, nil
 	case rep.Status == task.ClaimRunningElsewhere:
-		return d.Task, 0, false, errRunningElsewhere
+		return task.Task{}, 0, false, errRunningElsewhere
 	case rep.Status == task.ClaimNotFound:
-		return d.Task, 0, false, fmt.Errorf("claim %s: %w", d.ID, store.ErrNotFound)
+		return task.Task{}, 0, false, fmt.Errorf("claim %s: %w", req.ID, store.ErrNotFound)
 	case rep.Status == task.ClaimEnded:
 		if rep.Error != "" {
-			e.log.Warn("claim refused", "task_id", d.ID, "reason", rep.Error)
+			e.log.Warn("claim refused", "task_id", req.ID, "reason", rep.Error)
 		}
-		return d.Task, 0, false, nil
+		return task.Task{}, 0, false, nil
 	}
-	return d.Task, 0, false, fmt.Errorf("claim %s: unexpected reply %q", d.ID, rep.Status)
+	return task.Task{}, 0, false, fmt.Errorf("claim %s: unexpected reply %q", req.ID, rep.Status)
 }
 
 // call runs the handler (or a shardable task's planner or aggregator),
@@ -361,11 +356,23 @@ func encodeResult(v any) (json.RawMessage, error) {
 	return b, nil
 }
 
+// beat is what an execution's heartbeat needs of it, kept while its report
+// is in flight: the claim it may still ask for and its lease's subject, not
+// the task and its dispatch (a closure over those held both records per
+// report in flight).
+type beat struct {
+	claim      task.ClaimRequest
+	capability string
+}
+
 // heartbeat extends the dispatch's lease every Heartbeat until the returned
 // func is called, renews the task's lease record (ax.lease.<capability>.<id>), and has
 // the orchestrator mark the attempt running if nothing did yet. It costs
 // nothing for tasks shorter than one interval.
 func (e *Executor) heartbeat(ex *execution, running task.Task, d task.Dispatch, delivered uint64) func() {
+	b := &beat{capability: d.Capability, claim: task.ClaimRequest{ID: d.ID, ExecutionID: d.ExecutionID,
+		Revision: d.Revision, Executor: e.cfg.ID, StartedAt: *running.StartedAt, Delivered: delivered,
+		Mark: true, Token: d.Token}}
 	var mu sync.Mutex
 	stopped := false
 	var t *time.Timer
@@ -381,9 +388,9 @@ func (e *Executor) heartbeat(ex *execution, running task.Task, d task.Dispatch, 
 		if err := ex.msg.InProgress(); err != nil {
 			e.log.Debug("heartbeat failed", "error", err)
 		}
-		e.renewLease(running, d.Token)
+		e.renewLease(b)
 		if ex.claimRev.Load() == 0 && !ex.unmarked.Load() {
-			e.markRunning(ex, running, d, delivered)
+			e.markRunning(ex, b)
 		}
 		t.Reset(e.cfg.Heartbeat)
 	})
@@ -399,19 +406,19 @@ func (e *Executor) heartbeat(ex *execution, running task.Task, d task.Dispatch, 
 // markRunning asks the orchestrator to mark an attempt that outlives a
 // heartbeat running, so operators see where it runs; until that succeeds
 // each heartbeat asks again.
-func (e *Executor) markRunning(ex *execution, running task.Task, d task.Dispatch, delivered uint64) {
+func (e *Executor) markRunning(ex *execution, b *beat) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, rev, ok, err := e.claimByOrchestrator(ctx, d, delivered, *running.StartedAt, true)
+	_, rev, ok, err := e.askClaim(ctx, b.claim, b.capability)
 	switch {
 	case err != nil:
-		e.log.Debug("running mark not made; asking again at the next heartbeat", "task_id", d.ID, "error", err)
+		e.log.Debug("running mark not made; asking again at the next heartbeat", "task_id", b.claim.ID, "error", err)
 	case ok:
 		ex.claimRev.Store(rev)
 	default:
 		// Taken over, cancelled or superseded meanwhile: the cancel
 		// signal, or the report being ignored, settles it.
-		e.log.Info("running mark refused: the attempt is no longer this executor's", "task_id", d.ID)
+		e.log.Info("running mark refused: the attempt is no longer this executor's", "task_id", b.claim.ID)
 		ex.unmarked.Store(true)
 	}
 }
@@ -424,14 +431,13 @@ func (e *Executor) leaseTTL() time.Duration {
 	return max(time.Second, ((e.cfg.Heartbeat + e.cfg.AckWait) / 2).Truncate(time.Second))
 }
 
-// renewLease records that this executor still runs t (token: its
-// dispatch's).
-func (e *Executor) renewLease(t task.Task, token string) {
-	data, _ := wirejson.Marshal(task.Lease{ExecutionID: t.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC(), Token: token})
+// renewLease records that this executor still runs b's execution.
+func (e *Executor) renewLease(b *beat) {
+	data, _ := wirejson.Marshal(task.Lease{ExecutionID: b.claim.ExecutionID, Executor: e.cfg.ID, At: e.cfg.Now().UTC(), Token: b.claim.Token})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := e.js.Publish(ctx, subject.Lease(t.Capability, t.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
-		e.log.Debug("lease not renewed", "error", err, "task_id", t.ID)
+	if _, err := e.js.Publish(ctx, subject.Lease(b.capability, b.claim.ID), data, jetstream.WithMsgTTL(e.leaseTTL())); err != nil {
+		e.log.Debug("lease not renewed", "error", err, "task_id", b.claim.ID)
 	}
 }
 
