@@ -69,9 +69,11 @@ type Config struct {
 	Bare int
 	// Loop, when > 0, also measures the minimal durable job loop (see
 	// durableLoop) on the same server with that many jobs and LoopWorkers
-	// jobs in hand at most (default BareWorkers).
+	// jobs in hand at most (default BareWorkers), split over LoopStreams
+	// streams (default 1).
 	Loop        int
 	LoopWorkers int
+	LoopStreams int
 	// MySQLDSN, when set, runs the audit mirror during the bench and
 	// measures its throughput and lag.
 	MySQLDSN string
@@ -517,7 +519,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Bare = &b
 	}
 	if cfg.Loop > 0 {
-		l, err := durableLoop(ctx, js, cfg.Loop, cmp.Or(cfg.LoopWorkers, BareWorkers), topo.Replicas)
+		l, err := durableLoop(ctx, js, cfg.Loop, cmp.Or(cfg.LoopWorkers, BareWorkers), cfg.LoopStreams, topo.Replicas)
 		if err != nil {
 			return res, err
 		}

@@ -28,16 +28,17 @@ func BenchmarkEndToEnd(b *testing.B) {
 func TestRunSmall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second, Delayed: 5, Bare: 500, Loop: 450, LoopWorkers: 7})
+	res, err := Run(ctx, Config{Tasks: 200, Rate: 200, Duration: time.Second, Delayed: 5, Bare: 500, Loop: 450, LoopWorkers: 7, LoopStreams: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b := res.Bare; b == nil || b.Jobs != 500 || b.JobsPerSec <= 0 || b.Workers != BareWorkers {
 		t.Fatalf("bare JetStream reference: %+v", b)
 	}
-	// 450 jobs: 5 batches of creation records, at least 65 of final
-	// records (at most 7 in hand); a creation and a final record each.
-	if l := res.Loop; l == nil || l.Jobs != 450 || l.JobsPerSec <= 0 || l.Workers != 7 || l.Batches < 5+65 || l.Stored != 900 || !l.Fenced {
+	// 450 jobs over two streams (225 each, 4 and 3 in hand): 3 batches of
+	// creation records and at least 57 of final records in one, 3 and
+	// at least 75 in the other; a creation and a final record each.
+	if l := res.Loop; l == nil || l.Jobs != 450 || l.JobsPerSec <= 0 || l.Workers != 7 || l.Streams != 2 || l.Batches < 3+57+3+75 || l.Stored != 900 || !l.Fenced {
 		t.Fatalf("minimal durable loop: %+v", l)
 	}
 	phases := res.Phases

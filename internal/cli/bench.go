@@ -180,8 +180,8 @@ on a fresh embedded server:
 				}
 			}
 			if l := res.Loop; l != nil {
-				fmt.Fprintf(g.stdout, "\nminimal durable job loop on the same server (no orchestrator: compare-and-set creation record = dispatch, compare-and-set final record, atomic batches, AckAll; at most %d jobs in hand): %.0f jobs/s, %d atomic batches",
-					l.Workers, l.JobsPerSec, l.Batches)
+				fmt.Fprintf(g.stdout, "\nminimal durable job loop on the same server (no orchestrator: compare-and-set creation record = dispatch, compare-and-set final record, atomic batches, AckAll; at most %d jobs in hand, over %d stream(s)): %.0f jobs/s, %d atomic batches",
+					l.Workers, l.Streams, l.JobsPerSec, l.Batches)
 				for _, p := range phases {
 					if p.Name == "throughput" {
 						fmt.Fprintf(g.stdout, "; AX's throughput is %.0f%% of it", 100*p.TasksPerSec/l.JobsPerSec)
@@ -209,6 +209,7 @@ on a fresh embedded server:
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
 	f.IntVar(&cfg.Loop, "loop", 0, "jobs for the minimal durable job loop on the same server (stream AX_BENCH_LOOP, removed after): what JetStream allows a durable, fenced job with no orchestrator, in the same storage mode (0 skips it)")
 	f.IntVar(&cfg.LoopWorkers, "loop-workers", bench.BareWorkers, "jobs the minimal durable loop holds in hand at most (as that many workers)")
+	f.IntVar(&cfg.LoopStreams, "loop-streams", 1, "streams the minimal durable loop splits its jobs over (AX_BENCH_LOOP0…), each with its own producer, executor loop and share of the jobs in hand: a partitioned store")
 	f.IntVar(&cfg.Bare, "bare", 20000, "jobs for the bare JetStream reference loop on the same server (streams AX_BENCH_BARE_IN/OUT, removed after), printed beside AX's throughput (0 skips it)")
 	f.IntVar(&cfg.Delayed, "delayed", 200, "delayed tasks (run_at 2s ahead) mixed into the steady phase; their start lateness is reported")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the whole bench process (server, orchestrator, executor) to this file")
