@@ -45,19 +45,22 @@ type jobInputs struct {
 // Nothing is read until the handler asks.
 func (e *Executor) bindInputs(job *Job, t task.Task, token string) {
 	job.DependsOn = t.DependsOn
+	// The request, not the task: the closure lives as long as the job.
+	req := task.InputsRequest{ID: t.ID, ExecutionID: t.ExecutionID, Token: token}
+	capability, upstreams := t.Capability, len(t.DependsOn)
 	job.inputs = &jobInputs{objects: e.objects, read: func(ctx context.Context) ([]task.Input, error) {
-		return e.askInputs(ctx, t, token)
+		return e.askInputs(ctx, req, capability, upstreams)
 	}}
 }
 
-// askInputs asks the orchestrators for the inputs of d's task
-// (task.InputsRequest on ax.inputs.<capability>).
-func (e *Executor) askInputs(ctx context.Context, d task.Task, token string) ([]task.Input, error) {
-	data, err := json.Marshal(task.InputsRequest{ID: d.ID, ExecutionID: d.ExecutionID, Token: token})
+// askInputs asks the orchestrators for the inputs of a task of a
+// capability with that many upstreams (req on ax.inputs.<capability>).
+func (e *Executor) askInputs(ctx context.Context, req task.InputsRequest, capability string, upstreams int) ([]task.Input, error) {
+	data, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := e.nc.RequestWithContext(ctx, subject.Inputs(d.Capability), data)
+	msg, err := e.nc.RequestWithContext(ctx, subject.Inputs(capability), data)
 	if err != nil {
 		return nil, fmt.Errorf("ask the orchestrators: %w", err)
 	}
@@ -68,8 +71,8 @@ func (e *Executor) askInputs(ctx context.Context, d task.Task, token string) ([]
 	if rep.Error != "" {
 		return nil, errors.New(rep.Error)
 	}
-	if len(rep.Inputs) != len(d.DependsOn) {
-		return nil, fmt.Errorf("the orchestrator answered %d inputs for %d upstreams", len(rep.Inputs), len(d.DependsOn))
+	if len(rep.Inputs) != upstreams {
+		return nil, fmt.Errorf("the orchestrator answered %d inputs for %d upstreams", len(rep.Inputs), upstreams)
 	}
 	return rep.Inputs, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,14 +127,17 @@ func decodeDispatch(msg jetstream.Msg) (d task.Dispatch, dispatcher string, err 
 // bounded all the same.
 func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispatcher string, free func()) {
 	ctx := context.Background()
-	log := e.log.With("task_id", d.ID, "execution_id", d.ExecutionID, "attempt", d.Attempt)
+	// Built when something is logged: With allocates, and most tasks log nothing.
+	log := func() *slog.Logger {
+		return e.log.With("task_id", d.ID, "execution_id", d.ExecutionID, "attempt", d.Attempt)
+	}
 	delivered := uint64(1)
 	if md, err := msg.Metadata(); err == nil {
 		delivered = md.NumDelivered
 	}
 	if s.revocations.has(d.ExecutionID) {
 		// Cancelled or expired while its dispatch waited.
-		log.Debug("dispatch of a revoked execution: not run")
+		log().Debug("dispatch of a revoked execution: not run")
 		_ = msg.Ack()
 		return
 	}
@@ -144,21 +148,21 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	case errors.Is(err, errRunningElsewhere):
 		// Another executor may be running it (or this is a copy of the
 		// dispatch): look again once its lease would have expired.
-		log.Debug("running elsewhere; checking again after the ack wait")
+		log().Debug("running elsewhere; checking again after the ack wait")
 		_ = msg.NakWithDelay(e.cfg.AckWait)
 		return
 	case errors.Is(err, store.ErrNotFound) && delivered >= unknownTaskDeliveries:
-		log.Warn("dropping dispatch of an unknown task", "deliveries", delivered)
+		log().Warn("dropping dispatch of an unknown task", "deliveries", delivered)
 		_ = msg.Term()
 		return
 	case errors.Is(err, store.ErrNotFound):
 		// Reads go to the stream leader, but a dispatch is work: look again
 		// a few times before dropping it.
-		log.Warn("dispatch of a task not found; looking again")
+		log().Warn("dispatch of a task not found; looking again")
 		_ = msg.NakWithDelay(500 * time.Millisecond)
 		return
 	case err != nil:
-		log.Warn("claim failed; will retry", "error", err)
+		log().Warn("claim failed; will retry", "error", err)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -209,11 +213,11 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 
 	switch {
 	case ex.abandoned.Load():
-		log.Info("executor stopping: task handed back")
+		log().Info("executor stopping: task handed back")
 		ex.giveBack()
 		return
 	case ex.cancelled.Load():
-		log.Info("task cancelled while running")
+		log().Info("task cancelled while running")
 		_ = msg.Ack()
 		return
 	}
@@ -241,7 +245,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	// task's end as its producer sees it.
 	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
 	if err := e.report(s.hardStop, r, dispatcher); err != nil {
-		log.Warn("report not published; handing the task back", "error", err)
+		log().Warn("report not published; handing the task back", "error", err)
 		ex.giveBack()
 		return
 	}
@@ -251,7 +255,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 		return
 	}
 	if err := msg.Ack(); err != nil {
-		log.Debug("ack failed after report; a redelivery will find the task done", "error", err)
+		log().Debug("ack failed after report; a redelivery will find the task done", "error", err)
 	}
 }
 

@@ -30,6 +30,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/ax-run/ax/internal/jspub"
 )
 
 // Defaults of Options.
@@ -99,7 +101,6 @@ type write struct {
 // Committer publishes writes to one stream, batching those that queue up.
 // Its goroutine runs from New to Close.
 type Committer struct {
-	js   jetstream.JetStream
 	nc   *nats.Conn
 	opts Options
 
@@ -131,7 +132,7 @@ func New(js jetstream.JetStream, opts Options) *Committer {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	c := &Committer{js: js, nc: js.Conn(), opts: opts, in: make(chan *write, opts.MaxBatch), stop: make(chan struct{})}
+	c := &Committer{nc: js.Conn(), opts: opts, in: make(chan *write, opts.MaxBatch), stop: make(chan struct{})}
 	c.wg.Add(1)
 	go c.run()
 	return c
@@ -307,7 +308,7 @@ func (c *Committer) commit(group []*write) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.ack, w.err = c.js.PublishMsg(ctx, w.msg)
+			w.ack, w.err = jspub.PublishMsg(ctx, c.nc, w.msg)
 			close(w.done)
 		}()
 	}

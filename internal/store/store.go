@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/groupcommit"
+	"github.com/ax-run/ax/internal/jspub"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/wirejson"
@@ -71,7 +72,9 @@ func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamTasks, err)
 	}
 	s := &Store{js: js, stream: st}
-	s.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) { return js.PublishMsg(ctx, m) }
+	s.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+		return jspub.PublishMsg(ctx, js.Conn(), m)
+	}
 	return s, nil
 }
 
