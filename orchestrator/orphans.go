@@ -120,6 +120,7 @@ func (o *Orchestrator) takeOverOrphans(ctx context.Context, suspects map[string]
 			delete(suspects, owner)
 		}
 	}
+	var firstErr error
 	for owner, subjs := range byOwner {
 		if !o.gone.has(owner) {
 			actx, cancel := context.WithTimeout(ctx, orphanAsk)
@@ -137,16 +138,18 @@ func (o *Orchestrator) takeOverOrphans(ctx context.Context, suspects map[string]
 			o.gone.add(owner)
 			o.log.Info("an orchestrator holding tasks queued for fairness is gone; taking them over", slog.String("instance", owner), slog.Int("sweeps", len(subjs)))
 		}
-		g, gctx := errgroup.WithContext(ctx)
+		// Every sweep is tried, whatever another's error: under faults
+		// one failing must not hold the others back to the next scan.
+		var g errgroup.Group
 		g.SetLimit(orphanWorkers)
 		for _, subj := range subjs {
-			g.Go(func() error { return o.takeOverSweep(gctx, subj) })
+			g.Go(func() error { return o.takeOverSweep(ctx, subj) })
 		}
-		if err := g.Wait(); err != nil {
-			return err
+		if err := g.Wait(); err != nil && firstErr == nil {
+			firstErr = err // the other owners' sweeps are still tried
 		}
 	}
-	return nil
+	return firstErr
 }
 
 // takeOverSweep looks now at the tasks of the owned sweep whose schedule

@@ -171,18 +171,21 @@ const sweepWorkers = 4
 
 // fireSweep looks at each task of a sweep.
 func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {
-	g, gctx := errgroup.WithContext(ctx)
+	// Every task is looked at, whatever another's error (the first is
+	// returned, and the sweep tried again): under faults one failing
+	// look must not hold the others back.
+	var g errgroup.Group
 	g.SetLimit(sweepWorkers)
 	for _, e := range f.Tasks {
 		g.Go(func() error {
-			t, _, err := o.store.Get(gctx, e.ID)
+			t, _, err := o.store.Get(ctx, e.ID)
 			if err != nil {
 				return ignoreNotFound(err)
 			}
 			if t.State.Terminal() {
 				return nil // its own message ensured its effects
 			}
-			if err := o.fireWatch(gctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At, ExecutionID: e.ExecutionID, Owner: e.Owner}); err != nil {
+			if err := o.fireWatch(ctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At, ExecutionID: e.ExecutionID, Owner: e.Owner}); err != nil {
 				return fmt.Errorf("sweep: %s: %w", e.ID, err)
 			}
 			return nil
