@@ -14,7 +14,6 @@ import (
 
 	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/fanin"
-	"github.com/ax-run/ax/internal/gopool"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/topology"
 )
@@ -83,8 +82,6 @@ type session struct {
 	hardStopFn context.CancelFunc
 	pullers    sync.WaitGroup
 	runs       sync.WaitGroup
-	// pool runs the runs, on goroutines kept a while for the next ones.
-	pool *gopool.Pool
 	// revocations follows the executions the orchestrators revoked
 	// (revoked.go).
 	revocations revocations
@@ -180,7 +177,7 @@ func (e *Executor) Start(ctx context.Context) error {
 
 	// The orchestrator creates AX's streams; an executor started first, or
 	// during a JetStream outage, waits for them.
-	s := &session{running: make(map[string]*execution), stopped: make(chan struct{}), pool: gopool.New(runIdle)}
+	s := &session{running: make(map[string]*execution), stopped: make(chan struct{})}
 	var pullers []*puller
 	err := topology.Retry(startCtx, func(ctx context.Context) error {
 		var err error
@@ -310,7 +307,6 @@ func (e *Executor) Stop(ctx context.Context) error {
 	}
 	e.stopRevocations(s)
 	s.hardStopFn()
-	s.pool.Close()
 	e.reports.Close() // the batches of reports in flight (none once the runs ended)
 	rctx, cancelR := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout(ctx))
 	e.registry.stop(rctx) // no longer announced (registry.go)
@@ -336,10 +332,6 @@ func flushTimeout(ctx context.Context) time.Duration {
 	}
 	return max(d, 100*time.Millisecond)
 }
-
-// runIdle is how long a goroutine that ran a task waits for the next one
-// before it ends.
-const runIdle = 2 * time.Second
 
 // reportSlots bounds the attempts whose handler returned and whose outcome
 // is still being reported: four per unit of capacity, at least 64. When

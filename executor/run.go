@@ -43,8 +43,8 @@ func (ex *execution) giveBack() {
 	ex.handBack.Do(func() { _ = ex.msg.Nak() })
 }
 
-// start claims and runs a fetched dispatch on a goroutine of its own (the
-// session's pool), counting its cost against capacity until it is done.
+// start claims and runs a fetched dispatch in its own goroutine, counting
+// its cost against capacity until it is done.
 func (e *Executor) start(s *session, msg jetstream.Msg) {
 	d, dispatcher, err := decodeDispatch(msg)
 	if err != nil {
@@ -74,7 +74,7 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 	}
 	e.metrics.InFlightCostChanged(cost)
 	s.runs.Add(1)
-	s.pool.Go(func() {
+	go func() {
 		defer s.runs.Done()
 		var once sync.Once
 		free := func() {
@@ -85,7 +85,7 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 		}
 		defer free()
 		e.execute(s, msg, d, dispatcher, free)
-	})
+	}()
 }
 
 // decodeDispatch reads a dispatch: the ready record of a task, stored on

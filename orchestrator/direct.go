@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
@@ -108,10 +108,6 @@ const directBatchWorkers = 32
 // batch.
 const directBatchItems = 256 * directBatchWorkers
 
-// itemIdle is how long a goroutine that applied a batch's message waits
-// for the next one before it ends.
-const itemIdle = 2 * time.Second
-
 // batchWorkers is how many messages of a batch direct request of n are
 // applied at once. With group commit, all of them (up to a group's most,
 // groupcommit.DefaultMaxBatch): each waits for its record's write, and a
@@ -148,21 +144,17 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 		return
 	}
 	rep.Results = make([]task.DirectReply, len(b.Messages))
-	var wg sync.WaitGroup
-	limit := make(chan struct{}, o.batchWorkers(len(b.Messages)))
+	var g errgroup.Group
+	g.SetLimit(o.batchWorkers(len(b.Messages)))
 	for i, body := range b.Messages {
-		limit <- struct{}{}
 		select {
 		case o.batchItems <- struct{}{}:
 		case <-ctx.Done():
-			<-limit
 			rep.Results[i].Error = "the orchestrator is stopping"
 			continue
 		}
-		wg.Add(1)
-		o.items.Go(func() {
-			defer wg.Done()
-			defer func() { <-limit; <-o.batchItems }()
+		g.Go(func() error {
+			defer func() { <-o.batchItems }()
 			var err error
 			if kind == "report" {
 				err = o.acceptReport(ctx, subject.TypeFromCompleted(stored), stored, body)
@@ -174,9 +166,10 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 				rep.Results[i].Error, outcome = err.Error(), "failed"
 			}
 			o.metrics.DirectAnswered(kind, outcome)
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	o.respondJSON(m, rep)
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/exectoken"
 	"github.com/ax-run/ax/internal/fanin"
-	"github.com/ax-run/ax/internal/gopool"
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
@@ -101,8 +100,6 @@ type Orchestrator struct {
 	// batchItems bounds the messages of batch direct requests applied at
 	// once (direct.go).
 	batchItems chan struct{}
-	// items runs them, on goroutines kept a while for the next ones.
-	items *gopool.Pool
 	// admission decides when a ready task is dispatched: its key's
 	// limits, then its fairness key's turn.
 	admission admission.Chain
@@ -148,7 +145,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), batchItems: make(chan struct{}, directBatchItems), items: gopool.New(itemIdle), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), batchItems: make(chan struct{}, directBatchItems), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
 	o.admission = admission.Chain{keyAdmitter{o}}
@@ -278,7 +275,6 @@ func (o *Orchestrator) Start(ctx context.Context) error {
 		wg.Wait()
 		stopSweeps()
 		o.bg.Wait()
-		o.items.Close()
 		o.closeCommitter()
 		close(done)
 	}()
