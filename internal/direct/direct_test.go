@@ -220,3 +220,62 @@ func TestSendBatchToGoesToItsOrchestratorFirst(t *testing.T) {
 		t.Fatalf("after a hang: here %d, shared %d", here.Load(), shared.Load())
 	}
 }
+
+// TestBatcherAddsFlightsUnderBacklog: while a full batch or more waits
+// behind the one in flight, more batches go out beside it, never more
+// than four at once; every message gets its answer.
+func TestBatcherAddsFlightsUnderBacklog(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	release := make(chan struct{})
+	var inFlight, most, requests atomic.Int64
+	// Requests are answered concurrently, as orchestrators' workers do.
+	sub, err := nc.Subscribe(subject.DirectBatch("task.completed.x"), func(m *nats.Msg) {
+		var b task.DirectBatch
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			t.Error(err)
+			return
+		}
+		requests.Add(1)
+		n := inFlight.Add(1)
+		for cur := most.Load(); n > cur && !most.CompareAndSwap(cur, n); cur = most.Load() {
+		}
+		go func() {
+			<-release
+			inFlight.Add(-1)
+			data, _ := json.Marshal(task.DirectBatchReply{Results: make([]task.DirectReply, len(b.Messages))})
+			_ = m.Respond(data)
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = nc.Flush()
+	b := direct.NewBatcher(direct.New(nc, nil))
+	defer b.Close()
+	ctx := testenv.Context(t, time.Minute)
+	n := 4*direct.MaxBatch + 10 // enough for three full batches behind any first one
+	var wg sync.WaitGroup
+	var applied atomic.Int64
+	for range n {
+		wg.Go(func() {
+			if b.Send(ctx, "task.completed.x", []byte(`"r"`)) {
+				applied.Add(1)
+			}
+		})
+	}
+	testenv.Eventually(t, 30*time.Second, "four batches in flight", func() bool { return inFlight.Load() == 4 })
+	close(release)
+	wg.Wait()
+	if applied.Load() != int64(n) {
+		t.Fatalf("%d of %d messages applied", applied.Load(), n)
+	}
+	if most.Load() != 4 {
+		t.Fatalf("at most %d batches in flight at once, want 4", most.Load())
+	}
+	if r := requests.Load(); r > int64(n)/direct.MaxBatch+5 {
+		t.Fatalf("%d requests for %d messages: the backlog did not go in full batches", r, n)
+	}
+}
