@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -138,18 +139,33 @@ func (o *Orchestrator) takeOverOrphans(ctx context.Context, suspects map[string]
 			o.gone.add(owner)
 			o.log.Info("an orchestrator holding tasks queued for fairness is gone; taking them over", slog.String("instance", owner), slog.Int("sweeps", len(subjs)))
 		}
-		// Every sweep is tried, whatever another's error: under faults
-		// one failing must not hold the others back to the next scan.
-		var g errgroup.Group
-		g.SetLimit(orphanWorkers)
-		for _, subj := range subjs {
-			g.Go(func() error { return o.takeOverSweep(ctx, subj) })
-		}
-		if err := g.Wait(); err != nil && firstErr == nil {
+		if err := o.takeOverSweeps(ctx, subjs); err != nil && firstErr == nil {
 			firstErr = err // the other owners' sweeps are still tried
 		}
 	}
 	return firstErr
+}
+
+// takeOverSweeps takes over a gone owner's sweeps. One failing does not
+// stop the others (under faults it must not hold them back to the next
+// scan); several failing say JetStream itself is out of reach, and the
+// rest wait for the next scan.
+func (o *Orchestrator) takeOverSweeps(ctx context.Context, subjs []string) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var failed atomic.Int32
+	var g errgroup.Group
+	g.SetLimit(orphanWorkers)
+	for _, subj := range subjs {
+		g.Go(func() error {
+			err := o.takeOverSweep(ctx, subj)
+			if err != nil && failed.Add(1) >= sweepFailures {
+				stop()
+			}
+			return err
+		})
+	}
+	return g.Wait()
 }
 
 // takeOverSweep looks now at the tasks of the owned sweep whose schedule

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -171,25 +172,42 @@ const sweepWorkers = 4
 
 // fireSweep looks at each task of a sweep.
 func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {
-	// Every task is looked at, whatever another's error (the first is
-	// returned, and the sweep tried again): under faults one failing
-	// look must not hold the others back.
+	// A failing look does not stop the others (the first error is
+	// returned, and the sweep tried again): under faults one task's
+	// failure must not hold the rest back. Several failing say JetStream
+	// itself is out of reach: the rest are not tried this time.
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var failed atomic.Int32
 	var g errgroup.Group
 	g.SetLimit(sweepWorkers)
 	for _, e := range f.Tasks {
 		g.Go(func() error {
-			t, _, err := o.store.Get(ctx, e.ID)
-			if err != nil {
-				return ignoreNotFound(err)
+			err := o.sweepLook(ctx, f, e)
+			if err != nil && failed.Add(1) >= sweepFailures {
+				stop()
 			}
-			if t.State.Terminal() {
-				return nil // its own message ensured its effects
-			}
-			if err := o.fireWatch(ctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At, ExecutionID: e.ExecutionID, Owner: e.Owner}); err != nil {
-				return fmt.Errorf("sweep: %s: %w", e.ID, err)
-			}
-			return nil
+			return err
 		})
 	}
 	return g.Wait()
+}
+
+// sweepFailures is how many of a sweep's looks (or of a gone owner's
+// sweeps) may fail before the rest wait for the next try.
+const sweepFailures = 4
+
+// sweepLook is a sweep's look at one of its tasks.
+func (o *Orchestrator) sweepLook(ctx context.Context, f timerFire, e sweepEntry) error {
+	t, _, err := o.store.Get(ctx, e.ID)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	if t.State.Terminal() {
+		return nil // its own message ensured its effects
+	}
+	if err := o.fireWatch(ctx, timerFire{ID: e.ID, Kind: string(subject.TimerWatch), At: f.At, ExecutionID: e.ExecutionID, Owner: e.Owner}); err != nil {
+		return fmt.Errorf("sweep: %s: %w", e.ID, err)
+	}
+	return nil
 }
