@@ -90,26 +90,19 @@ func TestSend(t *testing.T) {
 // together in the next request; each gets its own answer.
 func TestBatcherGroupsWhatArrivesWhileInFlight(t *testing.T) {
 	t.Parallel()
-	srv := testenv.BareNATS(t)
-	nc := testenv.Conn(t, srv.URL())
 	release := make(chan struct{})
 	var sizes []int
 	var mu sync.Mutex
-	sub, err := nc.Subscribe(subject.DirectBatch("task.submit.x"), func(m *nats.Msg) {
-		var b task.DirectBatch
-		if err := json.Unmarshal(m.Data, &b); err != nil {
-			t.Error(err)
-			return
-		}
+	b := answering(t, "task.submit.x", func(m *nats.Msg, batch task.DirectBatch) {
 		mu.Lock()
 		first := len(sizes) == 0
-		sizes = append(sizes, len(b.Messages))
+		sizes = append(sizes, len(batch.Messages))
 		mu.Unlock()
 		if first {
 			<-release // the first batch stays in flight while others arrive
 		}
-		rep := task.DirectBatchReply{Results: make([]task.DirectReply, len(b.Messages))}
-		for i, msg := range b.Messages {
+		rep := task.DirectBatchReply{Results: make([]task.DirectReply, len(batch.Messages))}
+		for i, msg := range batch.Messages {
 			if string(msg) == `"refuse"` {
 				rep.Results[i].Error = "refused"
 			}
@@ -117,13 +110,6 @@ func TestBatcherGroupsWhatArrivesWhileInFlight(t *testing.T) {
 		data, _ := json.Marshal(rep)
 		_ = m.Respond(data)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = nc.Flush()
-	b := direct.NewBatcher(direct.New(nc, nil))
-	defer b.Close()
 	ctx := testenv.Context(t, time.Minute)
 	firstDone := make(chan bool, 1)
 	go func() { firstDone <- b.Send(ctx, "task.submit.x", []byte(`"first"`)) }()
@@ -226,17 +212,10 @@ func TestSendBatchToGoesToItsOrchestratorFirst(t *testing.T) {
 // than four at once; every message gets its answer.
 func TestBatcherAddsFlightsUnderBacklog(t *testing.T) {
 	t.Parallel()
-	srv := testenv.BareNATS(t)
-	nc := testenv.Conn(t, srv.URL())
 	release := make(chan struct{})
 	var inFlight, most, requests atomic.Int64
 	// Requests are answered concurrently, as orchestrators' workers do.
-	sub, err := nc.Subscribe(subject.DirectBatch("task.completed.x"), func(m *nats.Msg) {
-		var b task.DirectBatch
-		if err := json.Unmarshal(m.Data, &b); err != nil {
-			t.Error(err)
-			return
-		}
+	b := answering(t, "task.completed.x", func(m *nats.Msg, batch task.DirectBatch) {
 		requests.Add(1)
 		n := inFlight.Add(1)
 		for cur := most.Load(); n > cur && !most.CompareAndSwap(cur, n); cur = most.Load() {
@@ -244,17 +223,10 @@ func TestBatcherAddsFlightsUnderBacklog(t *testing.T) {
 		go func() {
 			<-release
 			inFlight.Add(-1)
-			data, _ := json.Marshal(task.DirectBatchReply{Results: make([]task.DirectReply, len(b.Messages))})
+			data, _ := json.Marshal(task.DirectBatchReply{Results: make([]task.DirectReply, len(batch.Messages))})
 			_ = m.Respond(data)
 		}()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	_ = nc.Flush()
-	b := direct.NewBatcher(direct.New(nc, nil))
-	defer b.Close()
 	ctx := testenv.Context(t, time.Minute)
 	n := 4*direct.MaxBatch + 10 // enough for three full batches behind any first one
 	var wg sync.WaitGroup
@@ -278,4 +250,28 @@ func TestBatcherAddsFlightsUnderBacklog(t *testing.T) {
 	if r := requests.Load(); r > int64(n)/direct.MaxBatch+5 {
 		t.Fatalf("%d requests for %d messages: the backlog did not go in full batches", r, n)
 	}
+}
+
+// answering returns a Batcher on a server where batch direct requests for
+// subj are answered by answer (the batch decoded; it responds).
+func answering(t *testing.T, subj string, answer func(m *nats.Msg, b task.DirectBatch)) *direct.Batcher {
+	t.Helper()
+	srv := testenv.BareNATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	sub, err := nc.Subscribe(subject.DirectBatch(subj), func(m *nats.Msg) {
+		var b task.DirectBatch
+		if err := json.Unmarshal(m.Data, &b); err != nil {
+			t.Error(err)
+			return
+		}
+		answer(m, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	_ = nc.Flush()
+	b := direct.NewBatcher(direct.New(nc, nil))
+	t.Cleanup(b.Close)
+	return b
 }
