@@ -181,6 +181,7 @@ func TestMalformedInput(t *testing.T) {
 		{subject.StreamSubmit, subject.ConsumerSubmit},
 		{subject.StreamCompleted, subject.ConsumerCompleted},
 		{subject.StreamTimers, subject.ConsumerTimers},
+		{subject.StreamTimers, subject.ConsumerLooks},
 		{subject.StreamCommands, subject.ConsumerCommands},
 	} {
 		waitDrained(t, ctx, js, cons.stream, cons.name, 2*time.Minute, "consumer "+cons.name+" to ack everything")

@@ -344,6 +344,7 @@ func inHand(js jetstream.JetStream) string {
 		{subject.StreamSubmit, subject.ConsumerSubmit},
 		{subject.StreamCompleted, subject.ConsumerCompleted},
 		{subject.StreamTimers, subject.ConsumerTimers},
+		{subject.StreamTimers, subject.ConsumerLooks},
 	} {
 		cons, err := js.Consumer(ctx, c.stream, c.name)
 		if err != nil {

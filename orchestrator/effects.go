@@ -465,7 +465,7 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 			// Moved by an upstream's end (this runs in that upstream's
 			// effects): its own effects — its dependents — run from its own
 			// message, so one message never walks the DAG below it.
-			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: next.ID, At: o.now(), Cascade: true})
+			return o.armTimer(ctx, subject.TimerEffects, timerFire{ID: next.ID, At: o.now()})
 		}
 		if err == nil {
 			return o.ensureEffects(ctx, next, newRev)
@@ -524,7 +524,7 @@ func (o *Orchestrator) waitForMissing(ctx context.Context, t task.Task, rev uint
 	if at.After(giveUp) {
 		at = giveUp
 	}
-	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: at})
+	return o.armTimer(ctx, subject.TimerEffects, timerFire{ID: t.ID, At: at})
 }
 
 // transitionFrom is transition starting from a record already read.
@@ -777,7 +777,7 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 		_, err = o.write(ctx, child, rev, &d.Next, d.Reason)
 		if err == nil {
 			// Its effects, from its own message.
-			return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now(), Cascade: true})
+			return o.armTimer(ctx, subject.TimerEffects, timerFire{ID: id, At: o.now()})
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)

@@ -245,8 +245,8 @@ func (o *Orchestrator) markSlotWait(ctx context.Context, t task.Task, again bool
 }
 
 // holdReady records why a ready task is not dispatched yet (unless its
-// record says so already) and arms its watch for at, which dispatches it
-// again (fireWatch).
+// record says so already) and arms its effects timer for at, which
+// dispatches it again (fireWatch).
 func (o *Orchestrator) holdReady(ctx context.Context, t task.Task, rev uint64, why string, at time.Time) error {
 	o.metrics.DispatchHeld()
 	if !sameHold(t.Reason, why) {
@@ -258,7 +258,7 @@ func (o *Orchestrator) holdReady(ctx context.Context, t task.Task, rev uint64, w
 			return err
 		}
 	}
-	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: at})
+	return o.armTimer(ctx, subject.TimerEffects, timerFire{ID: t.ID, At: at})
 }
 
 // sameHold reports whether a record's reason already says why (the counts

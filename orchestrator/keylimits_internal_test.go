@@ -72,7 +72,7 @@ func TestSlotWaitThatLostItsWriteLooksAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := timers.GetLastMsgForSubject(ctx, subject.Timer(subject.TimerWatch, "b"))
+	m, err := timers.GetLastMsgForSubject(ctx, subject.Timer(subject.TimerEffects, "b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,6 +81,6 @@ func TestSlotWaitThatLostItsWriteLooksAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ahead := time.Until(f.At); ahead > 10*time.Second {
-		t.Fatalf("b's watch is %s ahead, want about a second (the look again after the lost compare-and-set)", ahead)
+		t.Fatalf("b's effects timer is %s ahead, want about a second (the look again after the lost compare-and-set)", ahead)
 	}
 }

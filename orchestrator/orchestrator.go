@@ -315,7 +315,9 @@ func (o *Orchestrator) loops() []loop {
 		// Unlaned submissions and graphs, in arrival order.
 		{subject.StreamSubmit, subject.ConsumerSubmit, []string{subject.SubmitAll, subject.GraphSubmit}, o.tracedSubmit},
 		{subject.StreamCompleted, subject.ConsumerCompleted, nil, o.handleReport},
-		{subject.StreamTimers, subject.ConsumerTimers, []string{subject.FireAll}, o.handleFire},
+		// A task's timers, and apart from them the reconciler's looks.
+		{subject.StreamTimers, subject.ConsumerTimers, subject.FireFilters(false), o.handleFire},
+		{subject.StreamTimers, subject.ConsumerLooks, subject.FireFilters(true), o.handleFire},
 		{subject.StreamCommands, subject.ConsumerCommands, nil, o.handleCommand},
 	}
 	// One intake lane per priority: a p0 submission is not queued behind

@@ -63,7 +63,7 @@ func (o *Orchestrator) armWatch(ctx context.Context, t task.Task) error {
 // its answer lost (a group-commit batch). Either way the look re-reads the
 // record and carries on from it, so the task keeps a trigger.
 func (o *Orchestrator) lookAgain(ctx context.Context, id string) error {
-	return o.armTimer(ctx, subject.TimerWatch, timerFire{ID: id, At: o.now().Add(time.Second)})
+	return o.armTimer(ctx, subject.TimerEffects, timerFire{ID: id, At: o.now().Add(time.Second)})
 }
 
 // dispatchDedupWindow is AX_READY's de-duplication window: a dispatch

@@ -534,7 +534,7 @@ func (o *Orchestrator) wake(ctx context.Context, key string, d slotWake) {
 	if err := o.wakeHanded(ctx, key, d.id); err != nil && ctx.Err() == nil {
 		// It holds its slot: its watch, a second ahead, dispatches it.
 		o.log.Warn("dispatching a task handed a slot failed; its watch does", slog.String("key", key), slog.String("task", d.id), slog.Any("error", err))
-		_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: d.id, At: o.now().Add(time.Second)})
+		_ = o.armTimer(ctx, subject.TimerEffects, timerFire{ID: d.id, At: o.now().Add(time.Second)})
 	}
 }
 
@@ -664,7 +664,7 @@ func (o *Orchestrator) wakeSlotWaiters(ctx context.Context, key string, n int) (
 		if err != nil {
 			// Its marker is gone: have its watch look again soon
 			// (a second, not the next ReconcileInterval).
-			_ = o.armTimer(ctx, subject.TimerWatch, timerFire{ID: ws[0].id, At: o.now().Add(time.Second)})
+			_ = o.armTimer(ctx, subject.TimerEffects, timerFire{ID: ws[0].id, At: o.now().Add(time.Second)})
 			return woken, err
 		}
 		if waited {

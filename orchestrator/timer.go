@@ -25,9 +25,6 @@ type timerFire struct {
 	Attempt     int       `json:"attempt,omitempty"`
 	ExecutionID string    `json:"execution_id,omitempty"`
 	At          time.Time `json:"at"`
-	// Cascade marks a watch fired at once to run the effects of a task
-	// its upstream's cascade ended (not a repair).
-	Cascade bool `json:"cascade,omitempty"`
 	// After is where a cascade continues: the last dependent done.
 	After string `json:"after,omitempty"`
 	// Revision is the revision of the ended record a cascade continues
@@ -112,7 +109,7 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 		return o.fireSchedule(ctx, f)
 	case subject.TimerFanIn:
 		return o.fireFanIn(ctx, f)
-	case subject.TimerWatch:
+	case subject.TimerWatch, subject.TimerEffects:
 		return o.fireWatch(ctx, f)
 	case subject.TimerSweep:
 		return o.fireSweep(ctx, f)

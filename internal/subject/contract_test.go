@@ -14,7 +14,7 @@ func TestContractDocumentsEveryName(t *testing.T) {
 	}
 	names := []string{
 		StreamSubmit, StreamCompleted, StreamTasks, StreamTimers, StreamCommands, StreamDLQ, StreamRejected,
-		ConsumerSubmit, ConsumerCompleted, ConsumerTimers, ConsumerCommands, ConsumerMirror,
+		ConsumerSubmit, ConsumerCompleted, ConsumerTimers, ConsumerLooks, ConsumerCommands, ConsumerMirror,
 		HeaderMsgID, HeaderReplyTo, HeaderSchedule, HeaderScheduleTarget,
 		SubmitAll, GraphSubmit, CompletedAll, TaskAll, TimerAll, FireAll, CommandAll, DLQAll, RejectedAll,
 		Submit("<type>"), Completed("<type>"),
@@ -28,6 +28,9 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
 		State("<id>", "<type>"),
 		BucketWorkers, "$KV.AX_WORKERS.<key>", "<capability>.<executor id>", CommandDLQDelete,
+	}
+	for _, k := range TimerKinds {
+		names = append(names, "| `"+string(k)+"` |")
 	}
 	for _, n := range names {
 		if !strings.Contains(string(doc), n) {

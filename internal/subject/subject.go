@@ -140,6 +140,7 @@ const (
 	ConsumerSubmit    = "ax-orchestrator-submit"
 	ConsumerCompleted = "ax-orchestrator-completed"
 	ConsumerTimers    = "ax-orchestrator-timers"
+	ConsumerLooks     = "ax-orchestrator-looks"
 	ConsumerCommands  = "ax-orchestrator-commands"
 	ConsumerMirror    = "ax-mirror"
 )
@@ -519,7 +520,39 @@ const (
 	// TimerForget removes a finished task's history once it is older than
 	// the configured retention (TaskHistoryMaxAge).
 	TimerForget TimerKind = "forget"
+	// TimerEffects runs a task's effects from a message of its own, at
+	// once or a second later: a task an upstream's cascade just moved, a
+	// write that lost its compare-and-set, a task handed a concurrency
+	// slot. Handled as a watch is, but on the timers' consumer, not
+	// behind the reconciler's looks.
+	TimerEffects TimerKind = "effects"
 )
+
+// TimerKinds are every timer kind, in no particular order.
+var TimerKinds = []TimerKind{TimerRetry, TimerStart, TimerDeadline, TimerDispatch, TimerSchedule,
+	TimerFanIn, TimerWatch, TimerCascade, TimerSweep, TimerForget, TimerEffects}
+
+// Look reports whether a kind is background work — the reconciler's looks
+// (watch, sweep) and history retention (forget) — consumed apart from the
+// timers a task's progress waits for (ConsumerLooks): under faults a
+// storm of looks, each waiting out a read timeout, must not hold the
+// consumer's workers while retries and releases queue behind them.
+func (k TimerKind) Look() bool {
+	return k == TimerWatch || k == TimerSweep || k == TimerForget
+}
+
+// FireFilters are the fire subjects of the looks (looks true) or of the
+// other kinds: the filters of ConsumerLooks and ConsumerTimers, which
+// AX_TIMERS, a work queue, requires not to overlap.
+func FireFilters(looks bool) []string {
+	var out []string
+	for _, k := range TimerKinds {
+		if k.Look() == looks {
+			out = append(out, "ax.fire."+string(k)+".>")
+		}
+	}
+	return out
+}
 
 // Timer is the schedule subject of a task's timer of a kind (one per kind).
 func Timer(kind TimerKind, id string) string { return "ax.timer." + string(kind) + "." + id }

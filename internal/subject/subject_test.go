@@ -1,6 +1,7 @@
 package subject
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -69,5 +70,36 @@ func TestOwnedSweeps(t *testing.T) {
 		if owner, ok := OwnerOfSweep(s); ok {
 			t.Errorf("OwnerOfSweep(%q) = %q, want none", s, owner)
 		}
+	}
+}
+
+// TestFireFiltersSplitTheKinds: every timer kind is consumed by exactly one
+// of the two orchestrator consumers of AX_TIMERS (a work queue, whose
+// consumers' filters must not overlap), and the looks are the background
+// kinds.
+func TestFireFiltersSplitTheKinds(t *testing.T) {
+	looks, timers := FireFilters(true), FireFilters(false)
+	seen := map[string]int{}
+	for _, f := range append(append([]string(nil), looks...), timers...) {
+		seen[f]++
+	}
+	for _, k := range TimerKinds {
+		f := Fire(k, ">")
+		if seen[f] != 1 {
+			t.Errorf("kind %s: filter %s appears %d times, want once", k, f, seen[f])
+		}
+		delete(seen, f)
+	}
+	if len(seen) > 0 {
+		t.Errorf("filters of no kind: %v", seen)
+	}
+	want := map[TimerKind]bool{TimerWatch: true, TimerSweep: true, TimerForget: true}
+	for _, k := range TimerKinds {
+		if k.Look() != want[k] {
+			t.Errorf("%s.Look() = %v, want %v", k, k.Look(), want[k])
+		}
+	}
+	if !slices.Contains(timers, Fire(TimerRetry, ">")) || !slices.Contains(timers, Fire(TimerEffects, ">")) {
+		t.Errorf("retries and effects must not wait behind looks: timers consumer filters %v", timers)
 	}
 }
