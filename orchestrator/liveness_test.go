@@ -902,3 +902,42 @@ func TestDependentMissedByItsUpstreamsEnd(t *testing.T) {
 		t.Fatalf("waiting_resolved repairs %v, want 1", n)
 	}
 }
+
+// TestGraphTaskFailingDoesNotHoldTheOthers: a graph one of whose tasks
+// cannot be created (its unique key's stream is gone) still creates and
+// runs the tasks that do not depend on it in the same delivery; the failing
+// task's dependent waits for it, and the redelivered graph completes the
+// set once the stream is back.
+func TestGraphTaskFailingDoesNotHoldTheOthers(t *testing.T) {
+	t.Parallel()
+	_, _, c := testenv.Stack(t, orchestrator.Config{}, executor.Config{})
+	ctx := testenv.Context(t, time.Minute)
+	js, _ := jetstream.New(c.Conn())
+	if err := js.DeleteStream(ctx, subject.StreamUnique); err != nil {
+		t.Fatal(err)
+	}
+	u := newSpec("gf-u", "ok")
+	u.UniqueKey, u.UniqueWindow = "gf", task.Duration(time.Minute)
+	// Created in this order: gf-a, gf-u (fails), gf-d (after gf-u), gf-z.
+	if _, err := c.SubmitGraph(ctx, []task.Spec{newSpec("gf-a", "ok"), u, newSpec("gf-d", "ok", "gf-u"), newSpec("gf-z", "ok")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gf-a", "gf-z"} {
+		if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v, want it run while gf-u cannot be created", id, got, err)
+		}
+	}
+	for _, id := range []string{"gf-u", "gf-d"} {
+		if got, err := c.Get(ctx, id); !errors.Is(err, sdk.ErrNotFound) {
+			t.Fatalf("%s: %+v %v, want not created yet", id, got, err)
+		}
+	}
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gf-u", "gf-d"} {
+		if got, err := c.Wait(ctx, id); err != nil || got.State != task.Succeeded {
+			t.Fatalf("%s: %+v %v, want it created by the graph's redelivery and run", id, got, err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -149,17 +150,44 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 			}
 		}
 	}
+	// A task that fails does not stop the others: under faults a graph of
+	// many tasks could otherwise fail as a whole delivery after delivery,
+	// its tasks created early waiting for their effects until one delivery
+	// got through all of them (a chaos run saw a fan-in's upstream wait
+	// 3 minutes so). Its dependents in the graph wait for the next
+	// delivery, which creates them after it, and a few failures say
+	// JetStream is out of reach: the rest waits too, rather than each
+	// waiting out its timeout. The first error has the message redelivered.
+	var first error
+	failures := 0
+	failed := make(map[string]bool) // and the dependents skipped for them
 	for _, s := range sorted {
-		if err := o.create(ctx, s, children[s.ID]); err != nil {
-			var rej errRejected
-			if errors.As(err, &rej) {
-				return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: %w", s.ID, rej.reason))
-			}
-			return err
+		if slices.ContainsFunc(s.DependsOn, func(dep string) bool { return failed[dep] }) {
+			failed[s.ID] = true
+			continue
+		}
+		err := o.create(ctx, s, children[s.ID])
+		if err == nil {
+			continue
+		}
+		var rej errRejected
+		if errors.As(err, &rej) {
+			return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: %w", s.ID, rej.reason))
+		}
+		if first == nil {
+			first = err
+		}
+		failed[s.ID] = true
+		if failures++; failures >= graphFailures || ctx.Err() != nil {
+			break
 		}
 	}
-	return nil
+	return first
 }
+
+// graphFailures is how many of a graph's tasks may fail in one delivery
+// before the rest wait for the next.
+const graphFailures = 4
 
 func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstream.Msg, reason error) error {
 	if len(g.Tasks) == 0 {
