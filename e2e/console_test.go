@@ -206,6 +206,11 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Navigate(base+"workers"),
 		chromedp.WaitVisible(`#workers tr[data-worker="reports-1"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#running tr[data-running="`+render+`"]`, chromedp.ByQuery),
+		// The progress reaches the page with the executor's next lease
+		// write and the page's next live refresh (every second): wait for
+		// it there (the run's context bounds the wait).
+		chromedp.Poll(`(document.querySelector("#running")?.innerText || "").includes("rendering page 3 of 5")`, nil,
+			chromedp.WithPollingTimeout(0)),
 		shot("console-workers.png"))
 	if got := text("#running"); !strings.Contains(got, "rendering page 3 of 5") || !strings.Contains(got, "60%") {
 		t.Fatalf("running now: %q", got)
