@@ -134,6 +134,7 @@ func TestCluster(t *testing.T) {
 	go func() { r.counter.loop(stopScrape); close(scrapeDone) }()
 	defer func() { close(stopScrape); <-scrapeDone }()
 
+	probe := startLeaderProbe(r.readers)
 	subDone := make(chan struct{})
 	go func() { sub.run(w, cfg.submitSpan); close(subDone) }()
 	phaseStart := time.Now()
@@ -151,6 +152,7 @@ func TestCluster(t *testing.T) {
 	r.logf("workload submitted: %d of %d tasks acknowledged (%d retried calls)", len(sub.ackedIDs()), len(w.tasks), sub.retried())
 	r.healAll()
 	healed := time.Now()
+	outage, outageAt := probe.longestGap(phaseStart, healed)
 	nFaults, faultKinds := r.faultSummary()
 	r.logf("healed after %s of faults (%d: %s)", healed.Sub(phaseStart).Round(time.Second), nFaults, faultKinds)
 
@@ -210,6 +212,7 @@ func TestCluster(t *testing.T) {
   violations:     %d history invariant violations
   key limits:     most attempts of one tenant at once %v (limit %d)
   longest stall:  %s (not counting waits for unfinished upstreams or shards, or for a slot of a concurrency key)
+  store outage:   %s from %s (the longest AX_TASKS went without answering a leader read, probed every %s through every node, until healed)
   slot wait:      %s (the longest wait for a slot of a concurrency key)
   raw stall:      %s (any unfinished task without an event)
   by state:       %s
@@ -223,7 +226,7 @@ func TestCluster(t *testing.T) {
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
 		stuckLine, len(f.missing), f.violations, peaks, clusterKeyLimit,
-		f.longest, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
+		f.longest, outage.Round(time.Millisecond), outageAt.Format("15:04:05.000"), probeEvery, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
