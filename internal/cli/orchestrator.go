@@ -37,19 +37,31 @@ func orchestratorCmd(g *globals) *cobra.Command {
 				return err
 			}
 			started()
-			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			// The stop's grace counts from the stop, not from the start
+			// (an orchestrator up longer than it used to stop with its
+			// deadline already passed: exit 1, messages in hand unfinished).
+			stopping := func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), stopGrace)
+			}
 			if dsn := mysqlDSNOrEnv(dsn); dsn != "" {
 				stopMirror, err := startMirror(ctx, nc, dsn, log, reg)
 				if err != nil {
-					_ = o.Stop(stopCtx)
+					sctx, cancel := stopping()
+					defer cancel()
+					_ = o.Stop(sctx)
 					return err
 				}
-				defer stopMirror(stopCtx)
+				defer func() {
+					sctx, cancel := stopping()
+					defer cancel()
+					_ = stopMirror(sctx)
+				}()
 			}
 			log.Info().Str("nats", g.natsShown()).Msg("orchestrator running; Ctrl-C to stop")
 			<-ctx.Done()
-			return o.Stop(stopCtx)
+			sctx, cancel := stopping()
+			defer cancel()
+			return o.Stop(sctx)
 		},
 	}
 	addOrchestratorFlags(cmd, &cfg)
@@ -95,3 +107,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", orchestrator.DefaultBreakerProbes, "tasks let through while half-open")
 	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", orchestrator.DefaultBreakerProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
 }
+
+// stopGrace is how long a stopping orchestrator (and the mirror it runs)
+// may take to finish the messages in hand.
+var stopGrace = 30 * time.Second
