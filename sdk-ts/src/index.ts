@@ -1,0 +1,31 @@
+/**
+ * AX for TypeScript: a producer (Client) and an executor (Executor) that
+ * speak AX's wire contract (subjects.md) over NATS JetStream.
+ */
+export { Client, StateReadError, msgID, type CallOptions } from "./client.js";
+export { dial, type ConnectOptions } from "./conn.js";
+export {
+  CancelError,
+  CommandRefusedError,
+  InvalidSpecError,
+  NoTopologyError,
+  NotFoundError,
+  PermanentError,
+  RejectedError,
+  RetryAfterError,
+  SnoozeError,
+} from "./errors.js";
+export {
+  DEFAULT_WEIGHTS,
+  Executor,
+  INLINE_RESULT_LIMIT,
+  setOutcome,
+  type AttemptMetrics,
+  type ExecutorOptions,
+  type Handler,
+  type Job,
+  type LogLevel,
+} from "./executor.js";
+export { toWire, validCapability, validID, validType, type TaskSpec } from "./spec.js";
+export { formatDuration, newID, parseDuration } from "./util.js";
+export * from "./wire.js";
