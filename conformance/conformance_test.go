@@ -1,0 +1,309 @@
+// Package conformance holds AX's conformance suite: language-neutral
+// scenarios (scenarios/*.json) that drive an executor process and a
+// producer process of any language through the wire contract
+// (subjects.md), against a real nats-server and a real `ax orchestrator`,
+// and check the outcomes in the tasks' histories. Each language has an
+// adapter (README.md): Go's is ./goexec, TypeScript's is
+// sdk-ts/conformance/adapter.ts. A new language is a new adapter.
+//
+// AX_CONFORMANCE_ADAPTERS=go,ts (the default) chooses the adapters; the
+// TypeScript one needs node and npm (it runs `npm ci` when sdk-ts has no
+// node_modules, then `npm run build`). With -short nothing runs.
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ax-run/ax/sdk"
+)
+
+// bins are the binaries built once per run.
+var bins struct {
+	natsServer, ax, goexec string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if !testingShort() {
+		dir, err := os.MkdirTemp("", "ax-conformance-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		for _, b := range []struct {
+			out *string
+			pkg string
+		}{
+			{&bins.natsServer, "github.com/nats-io/nats-server/v2"},
+			{&bins.ax, "./cmd/ax"},
+			{&bins.goexec, "./conformance/goexec"},
+		} {
+			*b.out = filepath.Join(dir, filepath.Base(b.pkg))
+			cmd := exec.Command(goTool(), "build", "-o", *b.out, b.pkg)
+			cmd.Dir = ".."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "conformance: go build %s: %v\n%s", b.pkg, err, out)
+				return 1
+			}
+		}
+	}
+	return m.Run()
+}
+
+func testingShort() bool {
+	for _, a := range os.Args {
+		if a == "-test.short" || a == "-test.short=true" {
+			return true
+		}
+	}
+	return false
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// adapter is how to start one language's executor and producer.
+type adapter struct {
+	name     string
+	executor []string
+	producer []string
+}
+
+// adapters returns the adapters chosen by AX_CONFORMANCE_ADAPTERS.
+func adapters(t *testing.T) []adapter {
+	names := strings.Split(os.Getenv("AX_CONFORMANCE_ADAPTERS"), ",")
+	if os.Getenv("AX_CONFORMANCE_ADAPTERS") == "" {
+		names = []string{"go", "ts"}
+	}
+	var out []adapter
+	for _, n := range names {
+		switch strings.TrimSpace(n) {
+		case "go":
+			out = append(out, adapter{name: "go", executor: []string{bins.goexec, "executor"}, producer: []string{bins.goexec, "producer"}})
+		case "ts":
+			js := buildTS(t)
+			out = append(out, adapter{name: "ts", executor: []string{"node", js, "executor"}, producer: []string{"node", js, "producer"}})
+		default:
+			t.Fatalf("unknown adapter %q in AX_CONFORMANCE_ADAPTERS", n)
+		}
+	}
+	return out
+}
+
+// buildTS builds sdk-ts (npm ci first when it has no node_modules) and
+// returns the TypeScript adapter's script.
+func buildTS(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("the TypeScript adapter needs node (scripts/ensure-node installs Debian's), or set AX_CONFORMANCE_ADAPTERS=go")
+	}
+	dir, err := filepath.Abs("../sdk-ts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in sdk-ts: %v\n%s", err, out)
+		}
+	}
+	cmd := exec.Command("npm", "run", "--silent", "build")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm run build in sdk-ts: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "dist", "conformance", "adapter.js")
+}
+
+// env is one AX deployment: a nats-server and an orchestrator, shared by
+// every scenario of every adapter (each scenario has its own capability).
+type env struct {
+	t      *testing.T
+	dir    string
+	url    string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *sdk.Client
+	events *events
+	procs  []*proc
+}
+
+// startEnv starts a nats-server on a random port with its store in a temp
+// dir and an orchestrator, and waits until AX's streams exist.
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), events: newEvents()}
+	t.Cleanup(e.cleanup)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	srv, _, _ := startProc(t, e.dir, "nats-server", []string{bins.natsServer, "-js", "-a", "127.0.0.1", "-p", "-1",
+		"-sd", filepath.Join(e.dir, "js"), "--ports_file_dir", e.dir}, nil, false)
+	e.procs = append(e.procs, srv)
+	e.url = waitPorts(ctx, t, e.dir, srv)
+
+	// The operator's step: AX's topology, so clients may bind at once.
+	if out, err := exec.CommandContext(ctx, bins.ax, "topology", "--nats", e.url).CombinedOutput(); err != nil {
+		t.Fatalf("ax topology: %v\n%s", err, out)
+	}
+	orch, _, _ := startProc(t, e.dir, "orchestrator", []string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
+		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, nil, false)
+	e.procs = append(e.procs, orch)
+
+	nc, err := nats.Connect(e.url, nats.Name("conformance"), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	e.nc = nc
+	if e.js, err = jetstream.New(nc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.Subscribe("conformance.events.>", e.events.add); err != nil {
+		t.Fatal(err)
+	}
+	if e.client, err = sdk.New(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// waitPorts waits for the nats-server's ports file and returns its client URL.
+func waitPorts(ctx context.Context, t *testing.T, dir string, srv *proc) string {
+	t.Helper()
+	pattern := filepath.Join(dir, fmt.Sprintf("*_%d.ports", srv.cmd.Process.Pid))
+	for {
+		if files, _ := filepath.Glob(pattern); len(files) > 0 {
+			data, err := os.ReadFile(files[0])
+			var ports struct {
+				Nats []string `json:"nats"`
+			}
+			if err == nil && json.Unmarshal(data, &ports) == nil && len(ports.Nats) > 0 {
+				return ports.Nats[0]
+			}
+		}
+		select {
+		case <-srv.done:
+			t.Fatalf("nats-server exited: %v\n%s", srv.err, tail(srv.logPath, 20))
+		case <-ctx.Done():
+			t.Fatalf("nats-server wrote no ports file: %v", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (e *env) cleanup() {
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	for i := len(e.procs) - 1; i >= 0; i-- {
+		p := e.procs[i]
+		if err := p.term(15 * time.Second); err != nil {
+			e.t.Errorf("%v", err)
+		}
+	}
+	for _, p := range e.procs {
+		data, _ := os.ReadFile(p.logPath)
+		for _, bad := range []string{"panic:", "fatal error:", "DATA RACE"} {
+			if strings.Contains(string(data), bad) {
+				e.t.Errorf("log of %s contains %q", p.name, bad)
+			}
+		}
+		if e.t.Failed() {
+			e.t.Logf("----- tail of %s -----\n%s", p.name, tail(p.logPath, 30))
+		}
+	}
+}
+
+// TestConformance runs every scenario against every adapter.
+func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server, an orchestrator and adapter processes")
+	}
+	scenarios := loadScenarios(t)
+	ads := adapters(t)
+	e := startEnv(t)
+	for _, ad := range ads {
+		t.Run(ad.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pr, err := startProducer(ctx, t, e.dir, ad.name+"-producer", ad.producer, []string{"AX_NATS_URL=" + e.url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := pr.close(); err != nil {
+					t.Errorf("producer: %v", err)
+				}
+			}()
+			// The scenarios of one adapter run side by side (each has its
+			// own capability and executors), at most a few at once on a
+			// small machine.
+			sem := make(chan struct{}, max(2, runtime.NumCPU()))
+			var wg sync.WaitGroup
+			t.Run("scenario", func(t *testing.T) {
+				for _, sc := range scenarios {
+					t.Run(sc.Name, func(t *testing.T) {
+						t.Parallel()
+						sem <- struct{}{}
+						defer func() { <-sem }()
+						wg.Add(1)
+						defer wg.Done()
+						runScenario(t, e, ad, pr, sc)
+					})
+				}
+			})
+			wg.Wait()
+		})
+	}
+}
+
+// loadScenarios reads scenarios/*.json, sorted by name.
+func loadScenarios(t *testing.T) []scenario {
+	t.Helper()
+	files, err := filepath.Glob("scenarios/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no scenarios: %v", err)
+	}
+	var out []scenario
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sc scenario
+		dec := json.NewDecoder(strings.NewReader(string(data)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&sc); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if want := strings.TrimSuffix(filepath.Base(f), ".json"); sc.Name != want {
+			t.Fatalf("%s: name %q, want %q", f, sc.Name, want)
+		}
+		out = append(out, sc)
+	}
+	slices.SortFunc(out, func(a, b scenario) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}

@@ -1,0 +1,186 @@
+/**
+ * The TypeScript adapter of AX's conformance suite (conformance/ in the
+ * repository): an executor process and a producer process built on this
+ * SDK, driven by the suite's Go test as a process of any language would
+ * be. The protocol is described in conformance/README.md.
+ *
+ *   node dist/conformance/adapter.js executor   # run the handlers until SIGTERM
+ *   node dist/conformance/adapter.js producer   # answer JSON requests on stdin, one per line
+ */
+import { createInterface } from "node:readline";
+import {
+  CancelError,
+  Client,
+  CommandRefusedError,
+  Executor,
+  PermanentError,
+  RetryAfterError,
+  SnoozeError,
+  dial,
+  type Job,
+  type TaskSpec,
+} from "../src/index.js";
+
+interface Step {
+  do: string;
+  error?: string;
+  result?: unknown;
+  delay_ms?: number;
+  ms?: number;
+  bytes?: number;
+}
+
+interface Behaviour {
+  steps: Step[];
+}
+
+function conn() {
+  return dial({
+    servers: process.env.AX_NATS_URL ?? "nats://127.0.0.1:4222",
+    ...(process.env.AX_CREDS ? { credsFile: process.env.AX_CREDS } : {}),
+    ...(process.env.AX_INBOX_PREFIX ? { nats: { inboxPrefix: process.env.AX_INBOX_PREFIX } } : {}),
+  });
+}
+
+async function runExecutor(): Promise<void> {
+  const nc = await conn();
+  const capability = process.env.AX_CAPABILITY ?? "default";
+  const id = process.env.AX_EXECUTOR_ID ?? "";
+  const ex = new Executor(nc, {
+    id,
+    capabilities: [capability],
+    capacity: Number(process.env.AX_CAPACITY ?? 4),
+    ackWaitMs: Number(process.env.AX_ACK_WAIT_MS ?? 30000),
+    log: (level, msg, fields) => {
+      if (level !== "debug") process.stderr.write(`${new Date().toISOString()} ${level} ${msg} ${JSON.stringify(fields ?? {})}\n`);
+    },
+  });
+  const runs = new Map<string, number>();
+  const emit = (ev: Record<string, unknown>) => nc.publish(`conformance.events.${capability}`, JSON.stringify(ev));
+  ex.handle<Behaviour, unknown>("conf.behave", async (job: Job<Behaviour>) => {
+    const run = (runs.get(job.id) ?? 0) + 1;
+    runs.set(job.id, run);
+    const ev = { id: job.id, attempt: job.attempt, execution_id: job.executionID, executor: id, priority: job.priority, run };
+    emit({ event: "started", ...ev });
+    const steps = job.payload?.steps;
+    if (!Array.isArray(steps) || steps.length === 0) throw new PermanentError("payload is no behaviour");
+    const s = steps[Math.min(run, steps.length) - 1] as Step;
+    const aborted = () => {
+      const reason = job.signal.reason as Error;
+      emit({ event: "aborted", ...ev, reason: String(reason?.message ?? reason) });
+      return reason;
+    };
+    switch (s.do) {
+      case "succeed":
+        return s.result;
+      case "fail":
+        throw new Error(s.error);
+      case "permanent":
+        throw new PermanentError(s.error);
+      case "retry_after":
+        throw new RetryAfterError(s.delay_ms ?? 0, s.error);
+      case "snooze":
+        throw new SnoozeError(s.delay_ms ?? 0);
+      case "cancel":
+        throw new CancelError(s.error);
+      case "block":
+        await new Promise<void>((resolve) => {
+          if (job.signal.aborted) return resolve();
+          job.signal.addEventListener("abort", () => resolve(), { once: true });
+        });
+        throw aborted();
+      case "sleep":
+        await new Promise<void>((resolve, reject) => {
+          const t = setTimeout(resolve, s.ms ?? 0);
+          job.signal.addEventListener("abort", () => {
+            clearTimeout(t);
+            reject(aborted());
+          }, { once: true });
+        });
+        return s.result;
+      case "inputs": {
+        const inputs = await job.inputs();
+        return inputs.map((u) => ({ id: u.id, state: u.state, result: u.result }));
+      }
+      case "big":
+        return "x".repeat(s.bytes ?? 0);
+    }
+    throw new PermanentError(`unknown step ${JSON.stringify(s.do)}`);
+  });
+  await ex.start(AbortSignal.timeout(60_000));
+  process.stdout.write("ready\n");
+  await new Promise<void>((resolve) => {
+    process.once("SIGTERM", resolve);
+    process.once("SIGINT", resolve);
+  });
+  await ex.stop({ timeoutMs: 20_000 });
+  await nc.close();
+}
+
+interface Request {
+  seq: number;
+  op: string;
+  spec?: TaskSpec;
+  specs?: TaskSpec[];
+  type?: string;
+  id?: string;
+  reason?: string;
+  timeout_ms?: number;
+}
+
+async function handle(c: Client, req: Request): Promise<Record<string, unknown>> {
+  const timeoutMs = Math.max(req.timeout_ms ?? 0, 1000);
+  switch (req.op) {
+    case "submit":
+      return { id: await c.submit(req.spec as TaskSpec) };
+    case "submit_many":
+      return { ids: await c.submitMany(req.specs ?? []) };
+    case "state":
+      return { task: await c.state(req.type ?? "", req.id ?? "", { timeoutMs }) };
+    case "wait":
+      return { task: await c.waitState(req.type ?? "", req.id ?? "", { timeoutMs }) };
+    case "cancel":
+      return { task: await c.cancel(req.id ?? "", req.reason ?? "", { timeoutMs }) };
+  }
+  return { error: `unknown op ${JSON.stringify(req.op)}` };
+}
+
+async function runProducer(): Promise<void> {
+  const c = new Client(await conn());
+  process.stdout.write(JSON.stringify({ ready: true }) + "\n");
+  const pending: Promise<void>[] = [];
+  for await (const line of createInterface({ input: process.stdin })) {
+    if (!line.trim()) continue;
+    let req: Request;
+    try {
+      req = JSON.parse(line) as Request;
+    } catch (e) {
+      process.stdout.write(JSON.stringify({ error: `bad request: ${String(e)}` }) + "\n");
+      continue;
+    }
+    pending.push(
+      handle(c, req)
+        .catch((e: unknown) => {
+          const rep: Record<string, unknown> = { error: e instanceof Error ? e.message : String(e) };
+          if (e instanceof CommandRefusedError) rep.code = e.code;
+          return rep;
+        })
+        .then((rep) => {
+          process.stdout.write(JSON.stringify({ ...rep, seq: req.seq }) + "\n");
+        }),
+    );
+  }
+  await Promise.all(pending);
+  await c.nc.close();
+}
+
+const mode = process.argv[2];
+const main = mode === "executor" ? runExecutor : mode === "producer" ? runProducer : undefined;
+if (!main) {
+  process.stderr.write("usage: adapter.js executor|producer\n");
+  process.exit(2);
+}
+main().catch((e: unknown) => {
+  process.stderr.write(`adapter: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});
