@@ -885,7 +885,7 @@ export class Executor {
         in_flight: this.load.inFlight,
         running: running.slice(0, 1000),
         running_total: running.length,
-        version: "sdk-ts",
+        version: "sdk-ts@0.1.0",
         host: hostname(),
         pid: process.pid,
         started_at: this.startedAt,
