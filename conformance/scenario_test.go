@@ -82,6 +82,11 @@ type expect struct {
 	Record map[string]json.RawMessage `json:"record"`
 	// NoStart: the handler never started.
 	NoStart bool `json:"no_start"`
+	// ResultBytes: the result (JSON) has this many bytes, read by the
+	// suite and by the producer's "result" (from the object store when
+	// the record names one); ResultObject: the record names one.
+	ResultBytes  int  `json:"result_bytes"`
+	ResultObject bool `json:"result_object"`
 }
 
 // ordered says every task in Before started before every task in After.
@@ -490,6 +495,23 @@ func (r *scenarioRun) check(ctx context.Context, x expect) {
 		}
 		if retries == 0 {
 			t.Errorf("%s: no retry in its history", x.Task)
+		}
+	}
+	if x.ResultObject {
+		wantName := "results/" + id + "/" + last.ExecutionID
+		if last.ResultObject != wantName || last.ResultBucket != "AX_OBJECTS_"+r.capability || !strings.HasPrefix(last.ResultDigest, "SHA-256=") {
+			t.Errorf("%s: result object %q in %q (digest %q), want %q in AX_OBJECTS_%s", x.Task, last.ResultObject, last.ResultBucket,
+				last.ResultDigest, wantName, r.capability)
+		}
+	}
+	if x.ResultBytes > 0 {
+		raw, err := r.e.client.Result(ctx, id)
+		if err != nil || len(raw) != x.ResultBytes {
+			t.Errorf("%s: the suite read a result of %d bytes (%v), want %d", x.Task, len(raw), err, x.ResultBytes)
+		}
+		rep, err := r.pr.call(ctx, map[string]any{"op": "result", "type": r.types[x.Task], "id": id, "timeout_ms": 30000})
+		if err != nil || len(rep["result"]) != x.ResultBytes {
+			t.Errorf("%s: the producer read a result of %d bytes (%v), want %d", x.Task, len(rep["result"]), err, x.ResultBytes)
 		}
 	}
 	if len(x.Record) > 0 {

@@ -174,6 +174,16 @@ func runExecutor(ctx context.Context) error {
 			return out, nil
 		case "big":
 			return strings.Repeat("x", s.Bytes), nil
+		case "upstream_sizes":
+			sizes := make([]int, len(job.DependsOn))
+			for i, up := range job.DependsOn {
+				raw, err := job.UpstreamResultRaw(ctx, up)
+				if err != nil {
+					return nil, err
+				}
+				sizes[i] = len(raw)
+			}
+			return sizes, nil
 		}
 		return nil, executor.Permanent(fmt.Errorf("unknown step %q", s.Do))
 	})
@@ -295,6 +305,12 @@ func handle(ctx context.Context, c *sdk.Client, req request) map[string]any {
 			return fail(err)
 		}
 		return map[string]any{"task": t}
+	case "result":
+		raw, err := c.Result(ctx, req.ID)
+		if err != nil {
+			return fail(err)
+		}
+		return map[string]any{"result": raw}
 	case "cancel":
 		t, err := c.Cancel(ctx, req.ID, req.Reason)
 		if err != nil {

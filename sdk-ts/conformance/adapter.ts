@@ -104,6 +104,11 @@ async function runExecutor(): Promise<void> {
       }
       case "big":
         return "x".repeat(s.bytes ?? 0);
+      case "upstream_sizes": {
+        const sizes: number[] = [];
+        for (const up of job.dependsOn) sizes.push(JSON.stringify(await job.upstreamResult(up)).length);
+        return sizes;
+      }
     }
     throw new PermanentError(`unknown step ${JSON.stringify(s.do)}`);
   });
@@ -139,6 +144,8 @@ async function handle(c: Client, req: Request): Promise<Record<string, unknown>>
       return { task: await c.state(req.type ?? "", req.id ?? "", { timeoutMs }) };
     case "wait":
       return { task: await c.waitState(req.type ?? "", req.id ?? "", { timeoutMs }) };
+    case "result":
+      return { result: await c.result(await c.state(req.type ?? "", req.id ?? "", { timeoutMs })) };
     case "cancel":
       return { task: await c.cancel(req.id ?? "", req.reason ?? "", { timeoutMs }) };
   }

@@ -1,6 +1,7 @@
 import { createInbox, headers, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { dial, type ConnectOptions } from "./conn.js";
+import { Objects } from "./objects.js";
 import { CommandRefusedError, NotFoundError, RejectedError } from "./errors.js";
 import { toWire, validID, validType, type TaskSpec } from "./spec.js";
 import * as subj from "./subjects.js";
@@ -56,6 +57,7 @@ export class Client {
   private jsm?: JetStreamManager;
   private readonly owned: boolean;
   private directPausedUntil = 0;
+  private objects?: Objects;
   /** The largest payload accepted before sending (bytes); the orchestrator's default is 256 KiB. */
   maxPayload = 256 << 10;
   /** Names who sends commands (`ax.cmd.as.<caller>.…`), one subject token; empty: not named. */
@@ -194,6 +196,18 @@ export class Client {
     const rej = await this.rejection(id);
     if (rej) throw new RejectedError(rej);
     throw new NotFoundError(id);
+  }
+
+  /**
+   * A succeeded task's result: the record's `result`, or the object it
+   * names when it was over 16 KiB (`result_object` in `result_bucket`),
+   * checked against `result_digest` (a DigestMismatchError when it differs).
+   */
+  async result<R = unknown>(t: TaskRecord<R>): Promise<R | undefined> {
+    if (!t.result_object) return t.result;
+    this.objects ??= new Objects(this.js);
+    const data = await this.objects.get(t.result_bucket, t.result_object, t.result_digest);
+    return JSON.parse(new TextDecoder().decode(data)) as R;
   }
 
   /** Every event of a task's history, oldest first. */

@@ -5,6 +5,7 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import { Kvm, type KV } from "@nats-io/kv";
 import { dial, type ConnectOptions } from "./conn.js";
 import { CancelError, PermanentError, RetryAfterError, SnoozeError } from "./errors.js";
+import { Objects } from "./objects.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
 import * as subj from "./subjects.js";
 import { formatDuration, jsonBytes, parseDuration, parseJSON, sleep, truncateError, utf8 } from "./util.js";
@@ -61,6 +62,12 @@ export interface Job<P = unknown> {
   readonly signal: AbortSignal;
   /** How each upstream in depends_on ended, in that order (asked of the orchestrators once). */
   inputs(): Promise<Input[]>;
+  /**
+   * The result of the upstream id (one of dependsOn), read from the object
+   * store when it was over 16 KiB and checked against its digest. Rejects
+   * when the upstream did not succeed.
+   */
+  upstreamResult<T = unknown>(id: string): Promise<T>;
 }
 
 /** A task type's handler: returns the result (any JSON value, or undefined) or throws. */
@@ -265,6 +272,7 @@ export class Executor {
   private readonly revoked = new Set<string>();
   private readonly runs = new Set<Promise<void>>();
   private readonly passedTypes = new Set<string>();
+  private readonly objects: Objects;
   private pullers: Promise<void>[] = [];
   private stopPulling?: AbortController;
   private hardStop = new AbortController();
@@ -281,6 +289,7 @@ export class Executor {
     this.js = jetstream(nc);
     this.load = new Load(this.cfg.capacity);
     this.owned = owned;
+    this.objects = new Objects(this.js);
   }
 
   /** Dials NATS and returns an executor that closes its connection when stopped. */
@@ -677,6 +686,15 @@ export class Executor {
       shardIndex: t.shard_index ?? 0,
       signal,
       inputs: () => (inputs ??= this.readInputs(t, token)),
+      upstreamResult: async <T>(id: string): Promise<T> => {
+        const i = (t.depends_on ?? []).indexOf(id);
+        if (i < 0) throw new Error(`input ${id} of ${t.id}: not an upstream of the task`);
+        const u = (await job.inputs())[i];
+        if (!u || u.state !== "succeeded") throw new Error(`upstream ${id} of ${t.id} is ${u?.state ?? "unknown"}, not succeeded`);
+        if (!u.result_object) return u.result as T;
+        const data = await this.objects.get(u.result_bucket, u.result_object, u.result_digest);
+        return JSON.parse(new TextDecoder().decode(data)) as T;
+      },
     };
     return await h(job);
   }
@@ -694,11 +712,24 @@ export class Executor {
     return rep.inputs ?? [];
   }
 
-  /** A result over INLINE_RESULT_LIMIT: not supported by this version (the attempt fails permanently, saying so). */
-  private async storeLargeResult(t: TaskRecord, _r: Report, enc: string): Promise<Error> {
-    return new PermanentError(
-      `result of ${t.id} is ${Buffer.byteLength(enc)} bytes, over the ${INLINE_RESULT_LIMIT}-byte inline limit; this TypeScript executor does not write large results to the object store yet`,
-    );
+  /**
+   * Stores a result over INLINE_RESULT_LIMIT in the task's capability's
+   * object store as `results/<id>/<execution_id>` and names it in the
+   * report (result_object, result_bucket, result_digest); returns the
+   * error that fails the attempt when it cannot be stored.
+   */
+  private async storeLargeResult(t: TaskRecord, r: Report, enc: string): Promise<Error | undefined> {
+    const name = subj.resultObjectName(t.id, t.execution_id as string);
+    const bucket = subj.objectBucket(t.capability || "default");
+    const data = utf8(enc);
+    try {
+      r.result_digest = await this.objects.put(bucket, name, data);
+    } catch (e) {
+      return new Error(`store result (${data.length} bytes) as ${name}: ${errorText(e)}`, { cause: e });
+    }
+    r.result_object = name;
+    r.result_bucket = bucket;
+    return undefined;
   }
 
   /**

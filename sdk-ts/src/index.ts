@@ -26,6 +26,7 @@ export {
   type Job,
   type LogLevel,
 } from "./executor.js";
+export { DigestMismatchError, digest } from "./objects.js";
 export { toWire, validCapability, validID, validType, type TaskSpec } from "./spec.js";
 export { formatDuration, newID, parseDuration } from "./util.js";
 export * from "./wire.js";
