@@ -21,7 +21,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -262,20 +261,16 @@ func TestConformance(t *testing.T) {
 			// own capability and executors), at most a few at once on a
 			// small machine.
 			sem := make(chan struct{}, max(2, runtime.NumCPU()))
-			var wg sync.WaitGroup
-			t.Run("scenario", func(t *testing.T) {
+			t.Run("scenario", func(t *testing.T) { // returns once its parallel subtests ended
 				for _, sc := range scenarios {
 					t.Run(sc.Name, func(t *testing.T) {
 						t.Parallel()
 						sem <- struct{}{}
 						defer func() { <-sem }()
-						wg.Add(1)
-						defer wg.Done()
 						runScenario(t, e, ad, pr, sc)
 					})
 				}
 			})
-			wg.Wait()
 		})
 	}
 }

@@ -121,7 +121,7 @@ func runExecutor(ctx context.Context) error {
 		data, _ := json.Marshal(ev)
 		_ = nc.Publish("conformance.events."+capability, data)
 	}
-	ex.HandleFunc("conf.behave", func(ctx context.Context, job *executor.Job) (any, error) {
+	behave := func(ctx context.Context, job *executor.Job) (any, error) {
 		mu.Lock()
 		runs[job.ID]++
 		run := runs[job.ID]
@@ -186,7 +186,41 @@ func runExecutor(ctx context.Context) error {
 			return sizes, nil
 		}
 		return nil, executor.Permanent(fmt.Errorf("unknown step %q", s.Do))
-	})
+	}
+	ex.HandleFunc("conf.behave", behave)
+	// A shardable type: the planner's shards are the payload's "shards"
+	// (each a behaviour, run by behave); the aggregator returns how many
+	// succeeded and the byte length of each shard's result (JSON; 0 for
+	// one that did not succeed), read through the SDK (object store
+	// included).
+	plan := func(ctx context.Context, job *executor.Job) ([]executor.Shard, error) {
+		var p struct {
+			Shards []json.RawMessage `json:"shards"`
+		}
+		if err := json.Unmarshal(job.Payload, &p); err != nil {
+			return nil, executor.Permanent(err)
+		}
+		out := make([]executor.Shard, len(p.Shards))
+		for i, s := range p.Shards {
+			out[i] = executor.Shard{Payload: s}
+		}
+		return out, nil
+	}
+	ex.HandleShards("conf.sharded", executor.Sharded{Plan: plan, Shard: behave,
+		Aggregate: func(ctx context.Context, job *executor.Job, shards *executor.ShardOutcomes) (any, error) {
+			sizes := make([]int, len(shards.Shards))
+			for i, o := range shards.Shards {
+				if o.State == task.Succeeded {
+					raw, err := shards.Result(ctx, i)
+					if err != nil {
+						return nil, err
+					}
+					sizes[i] = len(raw)
+				}
+			}
+			return map[string]any{"succeeded": shards.Succeeded, "sizes": sizes}, nil
+		}})
+	ex.HandleShards("conf.sharded_plain", executor.Sharded{Plan: plan, Shard: behave})
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := ex.Start(startCtx); err != nil {

@@ -57,7 +57,7 @@ async function runExecutor(): Promise<void> {
   });
   const runs = new Map<string, number>();
   const emit = (ev: Record<string, unknown>) => nc.publish(`conformance.events.${capability}`, JSON.stringify(ev));
-  ex.handle<Behaviour, unknown>("conf.behave", async (job: Job<Behaviour>) => {
+  const behave = async (job: Job<Behaviour>): Promise<unknown> => {
     const run = (runs.get(job.id) ?? 0) + 1;
     runs.set(job.id, run);
     const ev = { id: job.id, attempt: job.attempt, execution_id: job.executionID, executor: id, priority: job.priority, run };
@@ -111,7 +111,25 @@ async function runExecutor(): Promise<void> {
       }
     }
     throw new PermanentError(`unknown step ${JSON.stringify(s.do)}`);
+  };
+  ex.handle<Behaviour, unknown>("conf.behave", behave);
+  // A shardable type: the planner's shards are the payload's "shards"
+  // (each a behaviour, run by behave); the aggregator returns how many
+  // succeeded and the byte length of each shard's result (JSON; 0 for one
+  // that did not succeed), read through the SDK (object store included).
+  const plan = (job: Job<{ shards: Behaviour[] }>) => job.payload.shards.map((b) => ({ payload: b }));
+  ex.handleShards<{ shards: Behaviour[] }, Behaviour, unknown, unknown>("conf.sharded", {
+    plan,
+    shard: behave,
+    aggregate: async (_job, shards) => {
+      const sizes: number[] = [];
+      for (let i = 0; i < shards.shards.length; i++) {
+        sizes.push(shards.shards[i]?.state === "succeeded" ? (JSON.stringify(await shards.result(i)) ?? "").length : 0);
+      }
+      return { succeeded: shards.succeeded, sizes };
+    },
   });
+  ex.handleShards<{ shards: Behaviour[] }, Behaviour>("conf.sharded_plain", { plan, shard: behave });
   await ex.start(AbortSignal.timeout(60_000));
   process.stdout.write("ready\n");
   await new Promise<void>((resolve) => {

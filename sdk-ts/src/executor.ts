@@ -6,6 +6,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { dial, type ConnectOptions } from "./conn.js";
 import { CancelError, PermanentError, RetryAfterError, SnoozeError } from "./errors.js";
 import { Objects } from "./objects.js";
+import { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
 import * as subj from "./subjects.js";
 import { formatDuration, jsonBytes, parseDuration, parseJSON, sleep, truncateError, utf8 } from "./util.js";
@@ -16,6 +17,7 @@ import type {
   Input,
   InputsReply,
   Lease,
+  PlanRef,
   Report,
   Revocation,
   TaskEvent,
@@ -50,6 +52,8 @@ export interface Job<P = unknown> {
   readonly estimatedCost: number;
   /** The task's upstreams (depends_on). */
   readonly dependsOn: readonly string[];
+  /** A shardable task's step: "plan" or "aggregate" ("" for other tasks). */
+  readonly phase: string;
   /** A shard's parent ("" for other tasks) and place in its plan. */
   readonly parent: string;
   readonly shardIndex: number;
@@ -267,6 +271,7 @@ export class Executor {
   private jsm?: JetStreamManager;
   private readonly owned: boolean;
   private readonly handlers = new Map<string, Handler<any, any>>();
+  private readonly sharded = new Map<string, Sharded<any, any, any, any>>();
   private readonly load: Load;
   private readonly running = new Map<string, Execution>();
   private readonly revoked = new Set<string>();
@@ -310,6 +315,19 @@ export class Executor {
   /** Registers the handler of a task type (replacing any earlier one); allowed while running. */
   handle<P = unknown, R = unknown>(type: string, h: Handler<P, R>): this {
     this.handlers.set(type, h as Handler<any, any>);
+    this.sharded.delete(type);
+    return this;
+  }
+
+  /**
+   * Registers a shardable task type's planner, shard handler and optional
+   * aggregator (see Sharded): the planner's shards are written to the
+   * capability's object store as `plans/<id>/<execution_id>` and named in
+   * the report's `plan`; the aggregator reads the shards' fan-in markers.
+   */
+  handleShards<P = unknown, S = unknown, R = unknown, A = unknown>(type: string, s: Sharded<P, S, R, A>): this {
+    this.handlers.set(type, s.shard as Handler<any, any>);
+    this.sharded.set(type, s as Sharded<any, any, any, any>);
     return this;
   }
 
@@ -595,12 +613,13 @@ export class Executor {
     if (this.revoked.has(ex.executionID)) this.cancelRunning(t.id, ex.executionID);
     const stopBeat = this.heartbeat(ex, dp, startedAt, delivered);
     let result: unknown;
+    let plan: PlanRef | undefined;
     let herr: unknown;
     try {
       if ((t.takeovers ?? 0) > this.cfg.maxTakeovers) {
         throw new Error(`its executor was lost ${t.takeovers} times in a row while running it (a crash loop?); not run again`);
       }
-      result = await this.call(t, dp.token, abort.signal);
+      ({ result, plan } = await this.call(t, dp.token, abort.signal));
     } catch (e) {
       herr = e ?? new Error("handler failed");
     }
@@ -631,6 +650,7 @@ export class Executor {
         token: dp.token,
       };
       if (ex.claimRev) r.claim_revision = ex.claimRev;
+      if (herr === undefined && plan) r.plan = plan;
       if (herr === undefined && result !== undefined) {
         const enc = JSON.stringify(result);
         if (enc === undefined) herr = new Error("encode result: not JSON");
@@ -660,8 +680,8 @@ export class Executor {
     }
   }
 
-  /** Runs the handler with its job. */
-  private async call(t: TaskRecord, token: string, signal: AbortSignal): Promise<unknown> {
+  /** Runs the handler (or a shardable task's planner or aggregator) with its job. */
+  private async call(t: TaskRecord, token: string, signal: AbortSignal): Promise<{ result?: unknown; plan?: PlanRef }> {
     const h = this.handlers.get(t.type);
     if (!h) throw new Error(`no handler for task type ${JSON.stringify(t.type)} on executor ${this.cfg.id}`);
     if (isEncoded(t.payload)) {
@@ -682,6 +702,7 @@ export class Executor {
       executionID: t.execution_id as string,
       estimatedCost: t.estimated_cost ?? 1,
       dependsOn: t.depends_on ?? [],
+      phase: t.phase || (t.shardable ? "plan" : ""),
       parent: t.parent ?? "",
       shardIndex: t.shard_index ?? 0,
       signal,
@@ -696,7 +717,98 @@ export class Executor {
         return JSON.parse(new TextDecoder().decode(data)) as T;
       },
     };
-    return await h(job);
+    if (!t.shardable) return { result: await h(job) };
+    const sh = this.sharded.get(t.type);
+    if (!sh) {
+      throw new PermanentError(
+        `task type ${JSON.stringify(t.type)} is shardable, but executor ${this.cfg.id} registered it with handle, not handleShards`,
+      );
+    }
+    if (job.phase === "aggregate") {
+      if (!sh.aggregate) throw new Error("no aggregator registered for this type on this executor");
+      return { result: await sh.aggregate(job, await this.shardOutcomes(t)) };
+    }
+    return { plan: await this.plan(t, await sh.plan(job)) };
+  }
+
+  /** Validates and stores a planner's shards and returns the report's plan reference. */
+  private async plan(t: TaskRecord, shards: Shard[]): Promise<PlanRef> {
+    if (!Array.isArray(shards)) throw new PermanentError("the planner returned no list of shards");
+    if (shards.length > MAX_SHARDS) throw new PermanentError(`the planner returned ${shards.length} shards; the limit is ${MAX_SHARDS}`);
+    const plan = {
+      shards: shards.map((s, i) => {
+        const out: Record<string, unknown> = {};
+        if (s.payload !== undefined) out.payload = s.payload;
+        if (s.priority !== undefined) {
+          if (!Number.isInteger(s.priority) || s.priority < 0 || s.priority > 5) throw new PermanentError(`shard ${i}: priority ${s.priority} is out of range 0..5`);
+          out.priority = s.priority;
+        }
+        if (s.capability !== undefined && s.capability !== "") {
+          if (!/^[A-Za-z0-9_-]{1,64}$/.test(s.capability)) throw new PermanentError(`shard ${i}: capability ${JSON.stringify(s.capability)} is not one token of [A-Za-z0-9_-]`);
+          out.capability = s.capability;
+        }
+        if (s.estimated_cost !== undefined && s.estimated_cost !== 0) {
+          if (!(s.estimated_cost > 0 && s.estimated_cost <= 1e9)) throw new PermanentError(`shard ${i}: estimated_cost ${s.estimated_cost} is out of range`);
+          out.estimated_cost = s.estimated_cost;
+        }
+        return out;
+      }),
+    };
+    const capability = t.capability || "default";
+    const ref: PlanRef = {
+      object: `plans/${t.id}/${t.execution_id}`,
+      shards: shards.length,
+      aggregate: this.sharded.get(t.type)?.aggregate !== undefined,
+      bucket: subj.objectBucket(capability),
+    };
+    try {
+      ref.digest = await this.objects.put(ref.bucket as string, ref.object, jsonBytes(plan));
+    } catch (e) {
+      throw new Error(`store plan ${ref.object}: ${errorText(e)}`, { cause: e });
+    }
+    return ref;
+  }
+
+  /** Reads every shard's fan-in marker (`ax.fanin.<id>.*.*`, leader reads), sorted by index then id. */
+  private async shardOutcomes(t: TaskRecord): Promise<ShardOutcomes> {
+    const want = t.sharding?.shards ?? 0;
+    const jsm = (this.jsm ??= await jetstreamManager(this.nc, { checkAPI: false }));
+    let wait = 50;
+    const until = Date.now() + 60_000;
+    for (;;) {
+      const out: ShardOutcome[] = [];
+      let seq = 1;
+      for (;;) {
+        let m;
+        try {
+          m = await jsm.streams.getMessage("AX_FANIN", { seq, next_by_subj: `ax.fanin.${t.id}.*.*` } as unknown as { seq: number });
+        } catch (e) {
+          if (/no message found|not found/i.test(String((e as Error)?.message))) break;
+          throw e;
+        }
+        if (!m) break;
+        out.push(m.json<ShardOutcome>());
+        seq = m.seq + 1;
+      }
+      if (out.length >= want) {
+        out.sort((a, b) => a.index - b.index || a.id.localeCompare(b.id));
+        const objects = this.objects;
+        return {
+          shards: out,
+          succeeded: out.filter((o) => o.state === "succeeded").length,
+          failed: () => out.filter((o) => o.state !== "succeeded"),
+          result: async (i: number) => {
+            const o = out[i];
+            if (!o) throw new Error(`no shard ${i}`);
+            if (!o.result_object) return o.result;
+            return JSON.parse(new TextDecoder().decode(await objects.get(o.result_bucket, o.result_object, o.result_digest)));
+          },
+        };
+      }
+      if (Date.now() > until) throw new Error(`read ${out.length} of ${want} markers of ${t.id}`);
+      await sleep(wait);
+      wait = Math.min(wait * 2, 5000);
+    }
   }
 
   /** Asks the orchestrators how the task's upstreams ended (`ax.inputs.<capability>`). */

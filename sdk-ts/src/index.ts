@@ -27,6 +27,7 @@ export {
   type LogLevel,
 } from "./executor.js";
 export { DigestMismatchError, digest } from "./objects.js";
+export { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 export { toWire, validCapability, validID, validType, type TaskSpec } from "./spec.js";
 export { formatDuration, newID, parseDuration } from "./util.js";
 export * from "./wire.js";

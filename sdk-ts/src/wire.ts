@@ -99,6 +99,17 @@ export interface TaskRecord<R = unknown> extends WireSpec {
   result_digest?: string;
   trace_parent?: string;
   phase?: string;
+  /** A planned task's plan and fan-out state. */
+  sharding?: {
+    object: string;
+    shards: number;
+    aggregate?: boolean;
+    bucket?: string;
+    digest?: string;
+    planned_at?: string;
+    registered?: boolean;
+    ended_by?: string;
+  };
   parent?: string;
   shard_index?: number;
   parked?: boolean;
