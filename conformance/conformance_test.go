@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -140,9 +141,12 @@ func buildTS(t *testing.T) string {
 // env is one AX deployment: a nats-server and an orchestrator, shared by
 // every scenario of every adapter (each scenario has its own capability).
 type env struct {
-	t      *testing.T
-	dir    string
-	url    string
+	t   *testing.T
+	dir string
+	url string
+	// auth: the server runs the users of `ax nats-accounts` (password
+	// authPassword each) and every process connects as its role's user.
+	auth   bool
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	client *sdk.Client
@@ -150,29 +154,66 @@ type env struct {
 	procs  []*proc
 }
 
+// authPassword is every user's password in an auth env.
+const authPassword = "conformance"
+
+// authCapabilities are the capabilities of the auth env's executor users
+// (one per adapter), and authProducer its producer user.
+var authCapabilities = []string{"go-perm", "ts-perm"}
+
+const authProducer = "perm"
+
+// userArgs are the flags of an ax command connecting as user in an auth env.
+func (e *env) userArgs(user string) []string {
+	if !e.auth {
+		return nil
+	}
+	return []string{"--user", user, "--password", authPassword, "--inbox-prefix", "_INBOX." + user}
+}
+
+// userEnv is an adapter process's environment connecting as user.
+func (e *env) userEnv(user string) []string {
+	env := []string{"AX_NATS_URL=" + e.url}
+	if e.auth {
+		env = append(env, "AX_USER="+user, "AX_PASSWORD="+authPassword, "AX_INBOX_PREFIX=_INBOX."+user, "AX_CALLER="+user)
+	}
+	return env
+}
+
 // startEnv starts a nats-server on a random port with its store in a temp
-// dir and an orchestrator, and waits until AX's streams exist.
-func startEnv(t *testing.T) *env {
+// dir and an orchestrator, after `ax topology`. With auth the server has
+// AX's account of `ax nats-accounts` (executor users for
+// authCapabilities, serving the types conf.>; a producer limited to
+// conf.> that may cancel; the operator user "suite" the suite reads as).
+func startEnv(t *testing.T, auth bool) *env {
 	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), events: newEvents()}
+	e := &env{t: t, dir: t.TempDir(), events: newEvents(), auth: auth}
 	t.Cleanup(e.cleanup)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	srv, _, _ := startProc(t, e.dir, "nats-server", []string{bins.natsServer, "-js", "-a", "127.0.0.1", "-p", "-1",
-		"-sd", filepath.Join(e.dir, "js"), "--ports_file_dir", e.dir}, nil, false)
+	args := []string{bins.natsServer, "-js", "-a", "127.0.0.1", "-p", "-1", "-sd", filepath.Join(e.dir, "js"), "--ports_file_dir", e.dir}
+	if auth {
+		args = append(args, "-c", e.writeAccounts(ctx))
+	}
+	srv, _, _ := startProc(t, e.dir, "nats-server", args, nil, false)
 	e.procs = append(e.procs, srv)
 	e.url = waitPorts(ctx, t, e.dir, srv)
 
 	// The operator's step: AX's topology, so clients may bind at once.
-	if out, err := exec.CommandContext(ctx, bins.ax, "topology", "--nats", e.url).CombinedOutput(); err != nil {
+	topo := append([]string{"topology", "--nats", e.url}, e.userArgs("orchestrator")...)
+	if out, err := exec.CommandContext(ctx, bins.ax, topo...).CombinedOutput(); err != nil {
 		t.Fatalf("ax topology: %v\n%s", err, out)
 	}
-	orch, _, _ := startProc(t, e.dir, "orchestrator", []string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
-		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, nil, false)
+	orch, _, _ := startProc(t, e.dir, "orchestrator", append([]string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
+		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, e.userArgs("orchestrator")...), nil, false)
 	e.procs = append(e.procs, orch)
 
-	nc, err := nats.Connect(e.url, nats.Name("conformance"), nats.MaxReconnects(-1))
+	opts := []nats.Option{nats.Name("conformance"), nats.MaxReconnects(-1)}
+	if auth {
+		opts = append(opts, nats.UserInfo("suite", authPassword), nats.CustomInboxPrefix("_INBOX.suite"))
+	}
+	nc, err := nats.Connect(e.url, opts...)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -180,13 +221,44 @@ func startEnv(t *testing.T) *env {
 	if e.js, err = jetstream.New(nc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Subscribe("conformance.events.>", e.events.add); err != nil {
-		t.Fatal(err)
+	if !auth { // executors of an auth env may not publish events
+		if _, err := nc.Subscribe("conformance.events.>", e.events.add); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if e.client, err = sdk.New(ctx, nc); err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// writeAccounts writes the auth env's server configuration: AX's account
+// as `ax nats-accounts` prints it, every password authPassword.
+func (e *env) writeAccounts(ctx context.Context) string {
+	t := e.t
+	args := []string{"nats-accounts", "--producer=" + authProducer + "=conf.>", "--producers-cancel", "--operator=suite"}
+	for _, c := range authCapabilities {
+		args = append(args, "--executor="+c+"=conf.>")
+	}
+	accounts, err := exec.CommandContext(ctx, bins.ax, args...).Output()
+	if err != nil {
+		t.Fatalf("ax nats-accounts: %v", err)
+	}
+	var pw strings.Builder
+	seen := map[string]bool{}
+	for _, v := range regexp.MustCompile(`\$AX_PASSWORD_[A-Z0-9_]+`).FindAllString(string(accounts), -1) {
+		if !seen[v] {
+			seen[v] = true
+			fmt.Fprintf(&pw, "%s: %q\n", v[1:], authPassword)
+		}
+	}
+	for name, data := range map[string]string{"accounts.conf": string(accounts), "passwords.conf": pw.String(),
+		"server.conf": "include \"accounts.conf\"\n"} {
+		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(e.dir, "server.conf")
 }
 
 // waitPorts waits for the nats-server's ports file and returns its client URL.
@@ -243,20 +315,37 @@ func TestConformance(t *testing.T) {
 	}
 	scenarios := loadScenarios(t)
 	ads := adapters(t)
-	e := startEnv(t)
+	e := startEnv(t, false)
+	var authEnv *env
+	for _, sc := range scenarios {
+		if sc.Auth && authEnv == nil {
+			authEnv = startEnv(t, true)
+		}
+	}
 	for _, ad := range ads {
 		t.Run(ad.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			pr, err := startProducer(ctx, t, e.dir, ad.name+"-producer", ad.producer, []string{"AX_NATS_URL=" + e.url})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := pr.close(); err != nil {
-					t.Errorf("producer: %v", err)
+			producers := map[*env]*producer{}
+			for _, en := range []*env{e, authEnv} {
+				if en == nil {
+					continue
 				}
-			}()
+				name := ad.name + "-producer"
+				if en.auth {
+					name += "-auth"
+				}
+				pr, err := startProducer(ctx, t, en.dir, name, ad.producer, en.userEnv(authProducer))
+				if err != nil {
+					t.Fatal(err)
+				}
+				producers[en] = pr
+				defer func() {
+					if err := pr.close(); err != nil {
+						t.Errorf("producer: %v", err)
+					}
+				}()
+			}
 			// The scenarios of one adapter run side by side (each has its
 			// own capability and executors), at most a few at once on a
 			// small machine.
@@ -267,7 +356,11 @@ func TestConformance(t *testing.T) {
 						t.Parallel()
 						sem <- struct{}{}
 						defer func() { <-sem }()
-						runScenario(t, e, ad, pr, sc)
+						en := e
+						if sc.Auth {
+							en = authEnv
+						}
+						runScenario(t, en, ad, producers[en], sc)
 					})
 				}
 			})

@@ -21,6 +21,11 @@ import (
 type scenario struct {
 	Name  string `json:"name"`
 	About string `json:"about"`
+	// Auth runs the scenario on a server with the users of `ax
+	// nats-accounts`: each process connects as its role's user, with only
+	// its rights (capability <adapter>-perm). At most one such scenario:
+	// they share the capability. Handlers' events are not seen there.
+	Auth bool `json:"auth"`
 	// Executor configures the scenario's executors.
 	Executor struct {
 		Capacity  int `json:"capacity"`
@@ -112,6 +117,9 @@ type scenarioRun struct {
 func runScenario(t *testing.T, e *env, ad adapter, pr *producer, sc scenario) {
 	r := &scenarioRun{t: t, e: e, ad: ad, pr: pr, sc: sc, capability: ad.name + "-" + sc.Name,
 		ids: map[string]string{}, execs: map[string]*proc{}, types: map[string]string{}}
+	if sc.Auth {
+		r.capability = ad.name + "-perm"
+	}
 	nonce := strings.ToLower(nuid.Next()[14:])
 	r.scope = r.capability + "-" + nonce
 	for _, td := range sc.Tasks {
@@ -217,8 +225,8 @@ func (r *scenarioRun) startExecutor(ctx context.Context, name string) error {
 	if ackWait == 0 {
 		ackWait = 30000
 	}
-	env := []string{"AX_NATS_URL=" + r.e.url, "AX_CAPABILITY=" + r.capability, "AX_EXECUTOR_ID=" + r.executorID(name),
-		"AX_CAPACITY=" + strconv.Itoa(capacity), "AX_ACK_WAIT_MS=" + strconv.Itoa(ackWait)}
+	env := append(r.e.userEnv("executor-"+r.capability), "AX_CAPABILITY="+r.capability, "AX_EXECUTOR_ID="+r.executorID(name),
+		"AX_CAPACITY="+strconv.Itoa(capacity), "AX_ACK_WAIT_MS="+strconv.Itoa(ackWait))
 	p, _, out := startProc(r.t, r.e.dir, r.executorID(name), r.ad.executor, env, false)
 	r.execs[name] = p
 	return waitLine(ctx, p, out, func(l string) bool { return strings.TrimSpace(l) == "ready" })

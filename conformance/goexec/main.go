@@ -51,11 +51,15 @@ func main() {
 	}
 }
 
-// connect dials AX_NATS_URL with AX_CREDS when set.
+// connect dials AX_NATS_URL as AX_CREDS, or AX_USER and AX_PASSWORD,
+// with the inbox prefix AX_INBOX_PREFIX, when set.
 func connect(name string) (*nats.Conn, error) {
 	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
 	if creds := os.Getenv("AX_CREDS"); creds != "" {
 		opts = append(opts, nats.UserCredentials(creds))
+	}
+	if u := os.Getenv("AX_USER"); u != "" {
+		opts = append(opts, nats.UserInfo(u, os.Getenv("AX_PASSWORD")))
 	}
 	if p := os.Getenv("AX_INBOX_PREFIX"); p != "" {
 		opts = append(opts, nats.CustomInboxPrefix(p))
@@ -255,6 +259,7 @@ func runProducer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.Caller = os.Getenv("AX_CALLER")
 	var outMu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	reply := func(v map[string]any) {

@@ -38,7 +38,8 @@ function conn() {
   return dial({
     servers: process.env.AX_NATS_URL ?? "nats://127.0.0.1:4222",
     ...(process.env.AX_CREDS ? { credsFile: process.env.AX_CREDS } : {}),
-    ...(process.env.AX_INBOX_PREFIX ? { nats: { inboxPrefix: process.env.AX_INBOX_PREFIX } } : {}),
+    ...(process.env.AX_USER ? { user: process.env.AX_USER, pass: process.env.AX_PASSWORD ?? "" } : {}),
+    ...(process.env.AX_INBOX_PREFIX ? { inboxPrefix: process.env.AX_INBOX_PREFIX } : {}),
   });
 }
 
@@ -172,6 +173,7 @@ async function handle(c: Client, req: Request): Promise<Record<string, unknown>>
 
 async function runProducer(): Promise<void> {
   const c = new Client(await conn());
+  c.caller = process.env.AX_CALLER ?? "";
   process.stdout.write(JSON.stringify({ ready: true }) + "\n");
   const pending: Promise<void>[] = [];
   for await (const line of createInterface({ input: process.stdin })) {

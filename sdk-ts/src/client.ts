@@ -1,6 +1,6 @@
-import { createInbox, headers, type NatsConnection } from "@nats-io/transport-node";
+import { headers, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { dial, type ConnectOptions } from "./conn.js";
+import { dial, inbox as newInbox, type ConnectOptions } from "./conn.js";
 import { Objects } from "./objects.js";
 import { CommandRefusedError, NotFoundError, RejectedError } from "./errors.js";
 import { toWire, validID, validType, type TaskSpec } from "./spec.js";
@@ -67,7 +67,7 @@ export class Client {
   constructor(nc: NatsConnection, owned = false) {
     this.nc = nc;
     this.owned = owned;
-    this.js = jetstream(nc);
+    this.js = jetstream(nc, { checkAPI: false });
   }
 
   /** Dials NATS and returns a client that closes its connection on close(). */
@@ -252,7 +252,7 @@ export class Client {
 
   private async command(kind: string, id: string, body: Record<string, unknown>, o: CallOptions): Promise<TaskRecord> {
     if (!validID(id)) throw new Error(`${kind}: invalid task id ${JSON.stringify(id)}`);
-    const inbox = createInbox();
+    const inbox = newInbox(this.nc);
     const sub = this.nc.subscribe(inbox, { max: 1, timeout: o.timeoutMs ?? 30_000 });
     try {
       const h = headers();

@@ -291,7 +291,7 @@ export class Executor {
   constructor(nc: NatsConnection, opts: ExecutorOptions = {}, owned = false) {
     this.nc = nc;
     this.cfg = withDefaults(opts);
-    this.js = jetstream(nc);
+    this.js = jetstream(nc, { checkAPI: false });
     this.load = new Load(this.cfg.capacity);
     this.owned = owned;
     this.objects = new Objects(this.js);

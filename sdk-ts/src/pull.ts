@@ -1,4 +1,5 @@
-import { createInbox, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { inbox as newInbox } from "./conn.js";
 import { jsonBytes, utf8 } from "./util.js";
 
 /** Delivery metadata parsed from a JetStream message's ack subject. */
@@ -91,7 +92,7 @@ export async function fetch(
   batch: number,
   waitMs: number,
 ): Promise<Delivery[]> {
-  const inbox = createInbox();
+  const inbox = newInbox(nc);
   const out: Delivery[] = [];
   const sub = nc.subscribe(inbox);
   // The server ends the request with a status (404, 408); the local
