@@ -104,7 +104,9 @@ func adapters(t *testing.T) []adapter {
 			out = append(out, adapter{name: "go", executor: []string{bins.goexec, "executor"}, producer: []string{bins.goexec, "producer"}})
 		case "ts":
 			js := buildTS(t)
-			out = append(out, adapter{name: "ts", executor: []string{"node", js, "executor"}, producer: []string{"node", js, "producer"}})
+			// AX_CONFORMANCE_NODE_ARGS: extra node flags (--cpu-prof, say).
+			node := append([]string{"node"}, strings.Fields(os.Getenv("AX_CONFORMANCE_NODE_ARGS"))...)
+			out = append(out, adapter{name: "ts", executor: append(slices.Clone(node), js, "executor"), producer: append(slices.Clone(node), js, "producer")})
 		default:
 			t.Fatalf("unknown adapter %q in AX_CONFORMANCE_ADAPTERS", n)
 		}

@@ -5,6 +5,7 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import { Kvm, type KV } from "@nats-io/kv";
 import { dial, type ConnectOptions } from "./conn.js";
 import { CancelError, PermanentError, RetryAfterError, SnoozeError } from "./errors.js";
+import { Batcher } from "./batcher.js";
 import { Objects } from "./objects.js";
 import { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
@@ -13,7 +14,6 @@ import { formatDuration, jsonBytes, parseDuration, parseJSON, sleep, truncateErr
 import type {
   ClaimReply,
   ClaimRequest,
-  DirectReply,
   Input,
   InputsReply,
   Lease,
@@ -278,6 +278,7 @@ export class Executor {
   private readonly runs = new Set<Promise<void>>();
   private readonly passedTypes = new Set<string>();
   private readonly objects: Objects;
+  private readonly reports: Batcher;
   private pullers: Promise<void>[] = [];
   private stopPulling?: AbortController;
   private hardStop = new AbortController();
@@ -295,6 +296,7 @@ export class Executor {
     this.load = new Load(this.cfg.capacity);
     this.owned = owned;
     this.objects = new Objects(this.js);
+    this.reports = new Batcher(nc);
   }
 
   /** Dials NATS and returns an executor that closes its connection when stopped. */
@@ -864,11 +866,13 @@ export class Executor {
     const now = new Date().toISOString();
     const dispatchTimeout = t.dispatch_timeout ? parseDuration(t.dispatch_timeout) : 0;
     if (delivered <= 1 && dispatchTimeout <= 0) {
-      return {
-        kind: "run",
-        task: { ...t, state: "running", executor: this.cfg.id, started_at: now, updated_at: now, dispatch_revision: 0 },
-        revision: 0,
-      };
+      // The decoded record is this execution's own: claimed in place (task.Claimed).
+      t.state = "running";
+      t.executor = this.cfg.id;
+      t.started_at = now;
+      t.updated_at = now;
+      t.dispatch_revision = 0;
+      return { kind: "run", task: t, revision: 0 };
     }
     const req: ClaimRequest = {
       id: t.id,
@@ -965,24 +969,26 @@ export class Executor {
 
   /**
    * Hands a report to the orchestrators: directly to the one that
-   * dispatched the attempt (`ax.direct-to.<node>.task.completed.<type>`),
-   * else to any (`ax.direct.task.completed.<type>`), else stored on
+   * dispatched the attempt (`ax.direct-to.<node>.batch.task.completed.<type>`,
+   * with the reports of its type that finish meanwhile), else to any
+   * (`ax.direct.batch.task.completed.<type>`), else stored on
    * `task.completed.<type>`, retrying until stored or the executor is
    * stopped for good.
    */
   private async report(r: Report, dispatcher: string): Promise<void> {
-    const data = jsonBytes(r);
+    const body = JSON.stringify(r);
     const stored = subj.completed(r.type);
     if (dispatcher && Date.now() >= this.directToPausedUntil) {
-      const res = await this.direct(subj.directTo(subj.nodeToken(dispatcher), stored), data);
+      const res = await this.reports.send(subj.directTo(subj.nodeToken(dispatcher), "batch." + stored), body);
       if (res === "applied") return;
       if (res === "timeout") this.directToPausedUntil = Date.now() + 5 * 60_000;
     }
     if (Date.now() >= this.directPausedUntil) {
-      const res = await this.direct(subj.direct(stored), data);
+      const res = await this.reports.send(subj.directBatch(stored), body);
       if (res === "applied") return;
       if (res === "timeout") this.directPausedUntil = Date.now() + 30_000;
     }
+    const data = utf8(body);
     let wait = 50;
     for (;;) {
       if (this.hardStop.signal.aborted) throw new Error("executor stopped");
@@ -994,16 +1000,6 @@ export class Executor {
       }
       await sleep(wait, this.hardStop.signal);
       wait = Math.min(wait * 2, 2000);
-    }
-  }
-
-  private async direct(subject: string, data: Uint8Array): Promise<"applied" | "refused" | "none" | "timeout"> {
-    try {
-      const m = await this.nc.request(subject, data, { timeout: 5000 });
-      return parseJSON<DirectReply>(m.data).error ? "refused" : "applied";
-    } catch (e) {
-      const err = e as Error;
-      return err?.name === "TimeoutError" || /timeout/i.test(String(err?.message)) ? "timeout" : "none";
     }
   }
 

@@ -12,8 +12,19 @@ const UNITS: Record<string, number> = {
   h: 3_600_000,
 };
 
+const parsed = new Map<string, number>();
+
 /** Parses a Go duration string ("1m30s", "500ms", "0s") into milliseconds. */
 export function parseDuration(s: GoDuration): number {
+  let ms = parsed.get(s);
+  if (ms === undefined) {
+    ms = parseDurationUncached(s);
+    if (parsed.size < 1024) parsed.set(s, ms);
+  }
+  return ms;
+}
+
+function parseDurationUncached(s: GoDuration): number {
   if (s === "0") return 0;
   const re = /([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)/gy;
   let sign = 1;
