@@ -10,7 +10,7 @@ import { Objects } from "./objects.js";
 import { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
 import * as subj from "./subjects.js";
-import { formatDuration, jsonBytes, parseDuration, parseJSON, sleep, truncateError, utf8 } from "./util.js";
+import { after, formatDuration, jsonBytes, parseDuration, parseJSON, sleep, truncateError, utf8 } from "./util.js";
 import type {
   ClaimReply,
   ClaimRequest,
@@ -162,8 +162,8 @@ function reasonError(name: string, message: string): Error {
   return e;
 }
 
-/** Smooth weighted round robin over the levels (internal/swrr). */
-class Picker {
+/** Smooth weighted round robin over the levels (internal/swrr). @internal exported for tests */
+export class Picker {
   private readonly current: number[];
   constructor(private readonly weights: number[]) {
     this.current = weights.map(() => 0);
@@ -223,6 +223,24 @@ class Load {
   }
 }
 
+/** A counting semaphore. */
+class Slots {
+  private waiters: (() => void)[] = [];
+  constructor(private free: number) {}
+  async acquire(): Promise<void> {
+    if (this.free > 0) {
+      this.free--;
+      return;
+    }
+    await new Promise<void>((r) => this.waiters.push(r));
+  }
+  release(): void {
+    const w = this.waiters.shift();
+    if (w) w();
+    else this.free++;
+  }
+}
+
 /** A handler run in progress. */
 interface Execution {
   executionID: string;
@@ -279,6 +297,12 @@ export class Executor {
   private readonly passedTypes = new Set<string>();
   private readonly objects: Objects;
   private readonly reports: Batcher;
+  /**
+   * A slot per attempt whose handler returned and whose outcome is being
+   * reported (4 × capacity, at least 64): when reports cannot be stored,
+   * the executor stops taking work once they are all held.
+   */
+  private readonly reporting: Slots;
   private pullers: Promise<void>[] = [];
   private stopPulling?: AbortController;
   private hardStop = new AbortController();
@@ -297,6 +321,7 @@ export class Executor {
     this.owned = owned;
     this.objects = new Objects(this.js);
     this.reports = new Batcher(nc);
+    this.reporting = new Slots(Math.max(64, Math.ceil(4 * this.cfg.capacity)));
   }
 
   /** Dials NATS and returns an executor that closes its connection when stopped. */
@@ -599,15 +624,15 @@ export class Executor {
       },
     };
     const timeoutMs = t.timeout ? parseDuration(t.timeout) : 600_000;
-    const timers: NodeJS.Timeout[] = [];
-    timers.push(setTimeout(() => abort.abort(reasonError("TimeoutError", `execution timed out after ${t.timeout ?? "10m0s"}`)), timeoutMs));
+    const timers: (() => void)[] = [];
+    timers.push(after(timeoutMs, () => abort.abort(reasonError("TimeoutError", `execution timed out after ${t.timeout ?? "10m0s"}`))));
     if (t.expires_at) {
       const left = Date.parse(t.expires_at) - Date.now();
-      timers.push(setTimeout(() => abort.abort(reasonError("DeadlineError", `task deadline ${t.expires_at} passed`)), Math.max(left, 0)));
+      timers.push(after(Math.max(left, 0), () => abort.abort(reasonError("DeadlineError", `task deadline ${t.expires_at} passed`))));
     }
     if (this.hardStop.signal.aborted) {
       d.nak();
-      timers.forEach(clearTimeout);
+      timers.forEach((cancel) => cancel());
       return;
     }
     this.running.set(t.id, ex);
@@ -626,7 +651,9 @@ export class Executor {
       herr = e ?? new Error("handler failed");
     }
     const finished = new Date();
-    timers.forEach(clearTimeout);
+    timers.forEach((cancel) => cancel());
+    // The handler's capacity goes to the next task once a report slot is held.
+    await this.reporting.acquire();
     free();
     try {
       if (ex.abandoned) {
@@ -676,6 +703,7 @@ export class Executor {
       }
       if (!ex.abandoned) d.ack();
     } finally {
+      this.reporting.release();
       stopBeat();
       if (this.running.get(t.id) === ex) this.running.delete(t.id);
       this.announcer?.poke();

@@ -138,3 +138,19 @@ export function truncateError(s: string): string {
   while (cut > 0 && ((b[cut] as number) & 0xc0) === 0x80) cut--;
   return decoder.decode(b.subarray(0, cut)) + suffix;
 }
+
+/** The longest delay setTimeout takes; a longer one fires at once. */
+const MAX_TIMER = 2 ** 31 - 1;
+
+/**
+ * Calls fn after ms (any length: a delay beyond setTimeout's 24.8 days is
+ * waited in steps); the returned function cancels it.
+ */
+export function after(ms: number, fn: () => void): () => void {
+  let t: NodeJS.Timeout | undefined;
+  const arm = (left: number) => {
+    t = setTimeout(() => (left > MAX_TIMER ? arm(left - MAX_TIMER) : fn()), Math.max(0, Math.min(left, MAX_TIMER)));
+  };
+  arm(ms);
+  return () => clearTimeout(t);
+}

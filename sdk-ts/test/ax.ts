@@ -2,10 +2,11 @@
  * Test helper: a real AX deployment — a nats-server (built from the
  * repository's go.mod version) on a random port with its store in a temp
  * dir, `ax topology` and an `ax orchestrator`. Binaries come from
- * NATS_SERVER_BIN and AX_BIN when set, else `go build` in the repository.
+ * NATS_SERVER_BIN and AX_BIN when set, else `go build` in the repository
+ * (into a per-user directory under the temp dir, relinked only when stale).
  */
 import { spawn, execFileSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -39,8 +40,11 @@ async function exited(p: ChildProcess, ms: number): Promise<boolean> {
 
 export async function startAX(): Promise<AX> {
   const dir = mkdtempSync(join(tmpdir(), "ax-sdk-ts-"));
-  const natsBin = process.env.NATS_SERVER_BIN || build(dir, "nats-server", "github.com/nats-io/nats-server/v2");
-  const axBin = process.env.AX_BIN || build(dir, "ax", "./cmd/ax");
+  // A stable directory: go build skips the link of a binary that is up to date.
+  const binDir = join(tmpdir(), `ax-sdk-ts-bin-${process.getuid?.() ?? 0}`);
+  mkdirSync(binDir, { recursive: true });
+  const natsBin = process.env.NATS_SERVER_BIN || build(binDir, "nats-server", "github.com/nats-io/nats-server/v2");
+  const axBin = process.env.AX_BIN || build(binDir, "ax", "./cmd/ax");
   const srv = spawn(natsBin, ["-js", "-a", "127.0.0.1", "-p", "-1", "-sd", join(dir, "js"), "--ports_file_dir", dir], {
     stdio: "ignore",
   });

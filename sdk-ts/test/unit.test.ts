@@ -14,9 +14,10 @@ import {
   toWire,
   type Report,
 } from "../src/index.js";
+import { Picker } from "../src/executor.js";
 import { nodeToken, parseDispatch } from "../src/subjects.js";
 import { parseAck } from "../src/pull.js";
-import { fnv1a64, utf8 } from "../src/util.js";
+import { after, fnv1a64, utf8 } from "../src/util.js";
 
 test("Go durations parse and format", () => {
   assert.equal(parseDuration("10m0s"), 600_000);
@@ -113,4 +114,26 @@ test("handler errors map to outcomes as the Go executor's", () => {
   x = r();
   setOutcome(x, "a string");
   assert.deepEqual([x.status, x.error], ["failed", "a string"]);
+});
+
+test("weighted priority picks follow the weights, smoothly, as internal/swrr's", () => {
+  const weights = [40, 25, 15, 10, 6, 4];
+  const p = new Picker(weights);
+  const counts = weights.map(() => 0);
+  for (let i = 0; i < 1000; i++) counts[p.next(() => true)]! += 1;
+  assert.deepEqual(counts, weights.map((w) => w * 10));
+  const q = new Picker([5, 1, 1]);
+  assert.deepEqual([...Array(7)].map(() => q.next(() => true)), [0, 0, 1, 0, 2, 0, 0]);
+  const r = new Picker(weights);
+  assert.equal(r.next((i) => i === 5), 5);
+  assert.equal(r.next(() => false), -1);
+});
+
+test("timers longer than setTimeout's limit do not fire at once", async () => {
+  let fired = false;
+  const cancel = after(30 * 24 * 3600 * 1000, () => (fired = true));
+  await new Promise((r) => setTimeout(r, 20));
+  cancel();
+  assert.equal(fired, false);
+  await new Promise<void>((r) => after(5, r));
 });
