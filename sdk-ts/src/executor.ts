@@ -72,6 +72,14 @@ export interface Job<P = unknown> {
    * when the upstream did not succeed.
    */
   upstreamResult<T = unknown>(id: string): Promise<T>;
+  /**
+   * Reports how far the attempt has come: percent (clamped to 0–100) and
+   * a short message (at most 200 bytes). Only memory is updated: the
+   * executor's announcement in the workers registry carries the last
+   * report (written at most every quarter second), as `ax status` and the
+   * console show. No task record is written.
+   */
+  progress(percent: number, message?: string): void;
 }
 
 /** A task type's handler: returns the result (any JSON value, or undefined) or throws. */
@@ -254,7 +262,16 @@ interface Execution {
   /** The orchestrator refused to mark it running: heartbeats stop asking. */
   unmarked: boolean;
   delivery: Delivery;
-  running: { task_id: string; execution_id: string; type: string; capability: string; attempt: number; since: string };
+  running: {
+    task_id: string;
+    execution_id: string;
+    type: string;
+    capability: string;
+    attempt: number;
+    phase?: string;
+    since: string;
+    progress?: { percent: number; message?: string; at: string };
+  };
 }
 
 /** A decoded dispatch. */
@@ -620,6 +637,7 @@ export class Executor {
         type: t.type,
         capability: t.capability || "default",
         attempt: t.attempt,
+        ...(t.phase || t.shardable ? { phase: t.phase || "plan" } : {}),
         since: new Date().toISOString(),
       },
     };
@@ -646,7 +664,7 @@ export class Executor {
       if ((t.takeovers ?? 0) > this.cfg.maxTakeovers) {
         throw new Error(`its executor was lost ${t.takeovers} times in a row while running it (a crash loop?); not run again`);
       }
-      ({ result, plan } = await this.call(t, dp.token, abort.signal));
+      ({ result, plan } = await this.call(t, dp.token, abort.signal, ex));
     } catch (e) {
       herr = e ?? new Error("handler failed");
     }
@@ -711,7 +729,7 @@ export class Executor {
   }
 
   /** Runs the handler (or a shardable task's planner or aggregator) with its job. */
-  private async call(t: TaskRecord, token: string, signal: AbortSignal): Promise<{ result?: unknown; plan?: PlanRef }> {
+  private async call(t: TaskRecord, token: string, signal: AbortSignal, ex: Execution): Promise<{ result?: unknown; plan?: PlanRef }> {
     const h = this.handlers.get(t.type);
     if (!h) throw new Error(`no handler for task type ${JSON.stringify(t.type)} on executor ${this.cfg.id}`);
     if (isEncoded(t.payload)) {
@@ -737,6 +755,11 @@ export class Executor {
       shardIndex: t.shard_index ?? 0,
       signal,
       inputs: () => (inputs ??= this.readInputs(t, token)),
+      progress: (percent: number, message = "") => {
+        const p = Math.min(Math.max(Number.isFinite(percent) ? percent : 0, 0), 100);
+        ex.running.progress = { percent: p, ...(message ? { message: clipUTF8(message, 200) } : {}), at: new Date().toISOString() };
+        this.announcer?.poke();
+      },
       upstreamResult: async <T>(id: string): Promise<T> => {
         const i = (t.depends_on ?? []).indexOf(id);
         if (i < 0) throw new Error(`input ${id} of ${t.id}: not an upstream of the task`);
@@ -1098,6 +1121,15 @@ export class Executor {
   get freeSlots(): Load {
     return this.load;
   }
+}
+
+/** Cuts s to at most n UTF-8 bytes, on a character boundary. */
+function clipUTF8(s: string, n: number): string {
+  const b = Buffer.from(s);
+  if (b.length <= n) return s;
+  let cut = n;
+  while (cut > 0 && ((b[cut] as number) & 0xc0) === 0x80) cut--;
+  return b.subarray(0, cut).toString();
 }
 
 /** Reports whether a payload is encoded by a codec (an object with an `ax_codec` member). */

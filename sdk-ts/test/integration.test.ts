@@ -9,6 +9,7 @@ import {
   RejectedError,
   type AttemptMetrics,
 } from "../src/index.js";
+import { Kvm } from "@nats-io/kv";
 import { startAX, type AX } from "./ax.js";
 
 let ax: AX;
@@ -16,6 +17,7 @@ let client: Client;
 let ex: Executor;
 const attempts: AttemptMetrics[] = [];
 const aborted = new Map<string, string>();
+const release = new Map<string, () => void>();
 
 interface Order {
   sku: string;
@@ -47,6 +49,11 @@ before(async () => {
         });
       }),
   );
+  ex.handle("report.progress", async (job) => {
+    job.progress(42.5, "halfway there");
+    await new Promise<void>((r) => release.set(job.id, r));
+    return "done";
+  });
   ex.handle("sum.inputs", async (job) => {
     const ins = await job.inputs();
     return ins.reduce((s, i) => s + (i.result as { total: number }).total, 0);
@@ -131,4 +138,24 @@ test("a submission the orchestrator refuses is a RejectedError", async () => {
     { id: "cycle-x", type: "order.price", capability: "ts-test", depends_on: ["cycle-y"] },
   ]);
   await assert.rejects(client.wait(id as string, { timeoutMs: 20_000 }), RejectedError);
+});
+
+test("the executor announces itself and its running handlers' progress in AX_WORKERS", async () => {
+  const id = await client.submit({ type: "report.progress", capability: "ts-test" });
+  const kv = await new Kvm(client.nc).open("AX_WORKERS");
+  const key = `ts-test.${Buffer.from(ex.id).toString("base64url")}`;
+  let seen: { types?: string[]; running?: { task_id: string; progress?: { percent: number; message?: string } }[] } = {};
+  for (let i = 0; i < 200; i++) {
+    const e = await kv.get(key);
+    if (e && e.value.length > 0) {
+      seen = e.json();
+      if (seen.running?.some((r) => r.task_id === id && r.progress)) break;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const run = seen.running?.find((r) => r.task_id === id);
+  assert.deepEqual(run?.progress && { percent: run.progress.percent, message: run.progress.message }, { percent: 42.5, message: "halfway there" });
+  assert.ok(seen.types?.includes("report.progress"));
+  release.get(id)?.();
+  assert.equal((await client.wait(id, { timeoutMs: 20_000 })).result, "done");
 });
