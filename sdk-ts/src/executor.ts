@@ -262,6 +262,8 @@ interface Execution {
   /** The orchestrator refused to mark it running: heartbeats stop asking. */
   unmarked: boolean;
   delivery: Delivery;
+  /** Cancels the attempt's timers and heartbeat (a forced stop does not wait for its handler). */
+  release: () => void;
   running: {
     task_id: string;
     execution_id: string;
@@ -328,6 +330,7 @@ export class Executor {
   private startedAt = "";
   private directToPausedUntil = 0;
   private directPausedUntil = 0;
+  private starting?: Promise<void>;
 
   /** An executor on an existing connection (not closed by stop()). */
   constructor(nc: NatsConnection, opts: ExecutorOptions = {}, owned = false) {
@@ -387,6 +390,11 @@ export class Executor {
    */
   async start(signal?: AbortSignal): Promise<void> {
     if (this.stopPulling) return;
+    this.starting ??= this.doStart(signal).finally(() => (this.starting = undefined));
+    return this.starting;
+  }
+
+  private async doStart(signal?: AbortSignal): Promise<void> {
     let wait = 100;
     for (;;) {
       signal?.throwIfAborted();
@@ -440,7 +448,11 @@ export class Executor {
         ex.abandoned = true;
         ex.abort.abort(reasonError("StoppedError", "executor stopping"));
         ex.delivery.nak();
+        // Its handler may never return: nothing of the attempt may hold
+        // the process (timers) or renew its lease any more.
+        ex.release();
       }
+      this.running.clear();
       this.hardStop.abort();
     }
     for (const w of this.watchers) w.stop();
@@ -453,7 +465,7 @@ export class Executor {
     this.log("info", "executor stopped");
   }
 
-  /** Creates or updates a capability's six ready consumers (topology.ReadyConsumer). */
+  /** @internal Creates or updates a capability's six ready consumers (topology.ReadyConsumer). */
   async bindLevels(capability: string): Promise<void> {
     for (let p = 0; p < subj.LEVELS; p++) {
       const durable = subj.readyConsumer(capability, p);
@@ -631,6 +643,7 @@ export class Executor {
       claimRev: claim.revision,
       unmarked: false,
       delivery: d,
+      release: () => {},
       running: {
         task_id: t.id,
         execution_id: t.execution_id as string,
@@ -657,6 +670,10 @@ export class Executor {
     this.announcer?.poke();
     if (this.revoked.has(ex.executionID)) this.cancelRunning(t.id, ex.executionID);
     const stopBeat = this.heartbeat(ex, dp, startedAt, delivered);
+    ex.release = () => {
+      timers.forEach((cancel) => cancel());
+      stopBeat();
+    };
     let result: unknown;
     let plan: PlanRef | undefined;
     let herr: unknown;

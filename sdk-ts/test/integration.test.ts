@@ -159,3 +159,25 @@ test("the executor announces itself and its running handlers' progress in AX_WOR
   release.get(id)?.();
   assert.equal((await client.wait(id, { timeoutMs: 20_000 })).result, "done");
 });
+
+test("a stop that gives up hands the running task back; another executor takes it over", async () => {
+  const stuck = await Executor.connect({ servers: ax.url }, { capabilities: ["ts-stop"], ackWaitMs: 2000, announceIntervalMs: -1 });
+  let stuckAborted = "";
+  stuck.handle("hang", (job) => new Promise(() => job.signal.addEventListener("abort", () => (stuckAborted = (job.signal.reason as Error).name))));
+  await stuck.start(AbortSignal.timeout(30_000));
+  const id = await client.submit({ type: "hang", capability: "ts-stop" });
+  for (let i = 0; i < 200 && (await client.get(id)).state !== "running"; i++) await new Promise((r) => setTimeout(r, 50));
+  await stuck.stop({ timeoutMs: 100 });
+  assert.equal(stuckAborted, "StoppedError");
+  const next = await Executor.connect({ servers: ax.url }, { capabilities: ["ts-stop"], ackWaitMs: 2000 });
+  next.handle("hang", () => "finished elsewhere");
+  await next.start(AbortSignal.timeout(30_000));
+  try {
+    const t = await client.wait(id, { timeoutMs: 30_000 });
+    assert.equal(t.state, "succeeded");
+    assert.equal(t.result, "finished elsewhere");
+    assert.equal(t.executor, next.id);
+  } finally {
+    await next.stop();
+  }
+});
