@@ -298,10 +298,18 @@ func (e *env) cleanup() {
 	if e.nc != nil {
 		e.nc.Close()
 	}
+	// The orchestrator and the server must have run throughout; how they
+	// stop is not this suite's subject (e2e's), so an unclean exit after
+	// SIGTERM is only logged.
+	for _, p := range e.procs {
+		if !p.alive() {
+			e.t.Errorf("%s died during the test: %v", p.name, p.err)
+		}
+	}
 	for i := len(e.procs) - 1; i >= 0; i-- {
 		p := e.procs[i]
 		if err := p.term(15 * time.Second); err != nil {
-			e.t.Errorf("%v", err)
+			e.t.Logf("stopping: %v\n%s", err, tail(p.logPath, 10))
 		}
 	}
 	for _, p := range e.procs {
