@@ -13,6 +13,7 @@ package conformance
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -180,9 +181,14 @@ func (e *env) userArgs(user string) []string {
 	return []string{"--user", user, "--password", authPassword, "--inbox-prefix", "_INBOX." + user}
 }
 
+// codecKeys is the AES-256-GCM key every adapter process holds
+// (AX_CODEC_KEYS): executors decode encoded payloads and pass clear ones,
+// producers encode the submissions marked "codec".
+var codecKeys = "conf1 " + base64.StdEncoding.EncodeToString([]byte("conformance-suite-aes-key-32-byt"))
+
 // userEnv is an adapter process's environment connecting as user.
 func (e *env) userEnv(user string) []string {
-	env := []string{"AX_NATS_URL=" + e.url}
+	env := []string{"AX_NATS_URL=" + e.url, "AX_CODEC_KEYS=" + codecKeys}
 	if e.auth {
 		env = append(env, "AX_USER="+user, "AX_PASSWORD="+authPassword, "AX_INBOX_PREFIX=_INBOX."+user, "AX_CALLER="+user)
 	}

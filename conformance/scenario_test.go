@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/task"
 )
 
@@ -47,9 +48,11 @@ type scenario struct {
 type taskDef struct {
 	Key  string         `json:"key"`
 	Spec map[string]any `json:"spec"`
-	// Refs names spec fields whose value is another task's key (e.g.
-	// depends_on, given as keys), replaced by that task's id.
+	// DependsOn lists upstreams by key, replaced by their ids.
 	DependsOn []string `json:"depends_on"`
+	// Encode submits the task through the producer's codec (its payload
+	// encoded with AX_CODEC_KEYS).
+	Encode bool `json:"encode"`
 }
 
 // step is one action of a scenario's script.
@@ -92,6 +95,9 @@ type expect struct {
 	// the record names one); ResultObject: the record names one.
 	ResultBytes  int  `json:"result_bytes"`
 	ResultObject bool `json:"result_object"`
+	// PayloadEncoded: the record holds the payload encoded (an "ax_codec"
+	// object) that the suite's Go codec decodes to the spec's payload.
+	PayloadEncoded bool `json:"payload_encoded"`
 }
 
 // ordered says every task in Before started before every task in After.
@@ -294,7 +300,7 @@ func (r *scenarioRun) submit(ctx context.Context) error {
 		return nil
 	}
 	for _, td := range r.sc.Tasks {
-		rep, err := r.pr.call(ctx, map[string]any{"op": "submit", "spec": r.spec(td)})
+		rep, err := r.pr.call(ctx, map[string]any{"op": "submit", "spec": r.spec(td), "codec": td.Encode})
 		if err != nil {
 			return fmt.Errorf("submit %s: %w", td.Key, err)
 		}
@@ -505,6 +511,9 @@ func (r *scenarioRun) check(ctx context.Context, x expect) {
 			t.Errorf("%s: no retry in its history", x.Task)
 		}
 	}
+	if x.PayloadEncoded {
+		r.checkEncoded(ctx, x.Task, last.Payload)
+	}
 	if x.ResultObject {
 		wantName := "results/" + id + "/" + last.ExecutionID
 		if last.ResultObject != wantName || last.ResultBucket != "AX_OBJECTS_"+r.capability || !strings.HasPrefix(last.ResultDigest, "SHA-256=") {
@@ -529,6 +538,37 @@ func (r *scenarioRun) check(ctx context.Context, x expect) {
 		for k, want := range x.Record {
 			if !jsonEqual(rec[k], want) {
 				t.Errorf("%s: record field %s is %s, want %s", x.Task, k, rec[k], want)
+			}
+		}
+	}
+}
+
+// checkEncoded checks that a record's payload is encoded and decodes, with
+// the suite's Go codec, to the payload the scenario submitted.
+func (r *scenarioRun) checkEncoded(ctx context.Context, key string, payload json.RawMessage) {
+	t := r.t
+	if name, _, ok := codec.Encoded(payload); !ok || name != codec.AESGCMName {
+		t.Errorf("%s: the record's payload is not encoded: %s", key, payload)
+		return
+	}
+	keys, err := codec.ParseKeys([]byte(codecKeys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aes, err := codec.NewAESGCM(keys[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := aes.Decode(ctx, payload)
+	if err != nil {
+		t.Errorf("%s: the suite's Go codec cannot decode the payload: %v", key, err)
+		return
+	}
+	for _, td := range r.sc.Tasks {
+		if td.Key == key {
+			want, _ := json.Marshal(td.Spec["payload"])
+			if !jsonEqual(plain, want) {
+				t.Errorf("%s: the payload decodes to %s, want %s", key, plain, want)
 			}
 		}
 	}

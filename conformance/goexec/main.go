@@ -24,6 +24,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-run/ax/codec"
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -71,6 +72,20 @@ func connect(name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// codecFromEnv is the AES-256-GCM codec of the keys in AX_CODEC_KEYS
+// ("<key id> <base64 secret>" lines, the first current), nil without.
+func codecFromEnv() (*codec.AESGCM, error) {
+	text := os.Getenv("AX_CODEC_KEYS")
+	if text == "" {
+		return nil, nil
+	}
+	keys, err := codec.ParseKeys([]byte(text))
+	if err != nil {
+		return nil, err
+	}
+	return codec.NewAESGCM(keys[0], keys[1:]...)
+}
+
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
 		return v
@@ -113,9 +128,17 @@ func runExecutor(ctx context.Context) error {
 	capability := os.Getenv("AX_CAPABILITY")
 	id := os.Getenv("AX_EXECUTOR_ID")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	ex, err := executor.New(nc, executor.Config{ID: id, Capabilities: []string{capability},
+	cfg := executor.Config{ID: id, Capabilities: []string{capability},
 		Capacity: float64(envInt("AX_CAPACITY", 4)), AckWait: time.Duration(envInt("AX_ACK_WAIT_MS", 30000)) * time.Millisecond,
-		Logger: log})
+		Logger: log}
+	aes, err := codecFromEnv()
+	if err != nil {
+		return err
+	}
+	if aes != nil {
+		cfg.Codec = codec.AcceptClear(aes)
+	}
+	ex, err := executor.New(nc, cfg)
 	if err != nil {
 		return err
 	}
@@ -247,6 +270,7 @@ type request struct {
 	ID        string            `json:"id"`
 	Reason    string            `json:"reason"`
 	TimeoutMS int               `json:"timeout_ms"`
+	Codec     bool              `json:"codec"`
 }
 
 func runProducer(ctx context.Context) error {
@@ -260,6 +284,17 @@ func runProducer(ctx context.Context) error {
 		return err
 	}
 	c.Caller = os.Getenv("AX_CALLER")
+	// A second client encodes payloads, for requests with "codec": true.
+	encoding, err := sdk.New(ctx, nc)
+	if err != nil {
+		return err
+	}
+	encoding.Caller = c.Caller
+	if aes, err := codecFromEnv(); err != nil {
+		return err
+	} else if aes != nil {
+		encoding.Codec = aes
+	}
 	var outMu sync.Mutex
 	out := json.NewEncoder(os.Stdout)
 	reply := func(v map[string]any) {
@@ -281,7 +316,11 @@ func runProducer(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rep := handle(ctx, c, req)
+			client := c
+			if req.Codec {
+				client = encoding
+			}
+			rep := handle(ctx, client, req)
 			rep["seq"] = req.Seq
 			reply(rep)
 		}()

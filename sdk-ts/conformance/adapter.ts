@@ -9,7 +9,9 @@
  */
 import { createInterface } from "node:readline";
 import {
+  AESGCM,
   CancelError,
+  acceptClear,
   Client,
   CommandRefusedError,
   Executor,
@@ -43,6 +45,12 @@ function conn() {
   });
 }
 
+/** The AES-256-GCM codec of the keys in AX_CODEC_KEYS ("<key id> <base64 secret>" lines), undefined without. */
+function codecFromEnv(): AESGCM | undefined {
+  const keys = process.env.AX_CODEC_KEYS;
+  return keys ? AESGCM.fromKeyFile(keys) : undefined;
+}
+
 async function runExecutor(): Promise<void> {
   const nc = await conn();
   const capability = process.env.AX_CAPABILITY ?? "default";
@@ -52,6 +60,7 @@ async function runExecutor(): Promise<void> {
     capabilities: [capability],
     capacity: Number(process.env.AX_CAPACITY ?? 4),
     ackWaitMs: Number(process.env.AX_ACK_WAIT_MS ?? 30000),
+    ...(codecFromEnv() ? { codec: acceptClear(codecFromEnv() as AESGCM) } : {}),
     log: (level, msg, fields) => {
       if (level !== "debug") process.stderr.write(`${new Date().toISOString()} ${level} ${msg} ${JSON.stringify(fields ?? {})}\n`);
     },
@@ -150,6 +159,7 @@ interface Request {
   id?: string;
   reason?: string;
   timeout_ms?: number;
+  codec?: boolean;
 }
 
 async function handle(c: Client, req: Request): Promise<Record<string, unknown>> {
@@ -172,8 +182,14 @@ async function handle(c: Client, req: Request): Promise<Record<string, unknown>>
 }
 
 async function runProducer(): Promise<void> {
-  const c = new Client(await conn());
+  const nc = await conn();
+  const c = new Client(nc);
   c.caller = process.env.AX_CALLER ?? "";
+  // A second client encodes payloads, for requests with "codec": true.
+  const encoding = new Client(nc);
+  encoding.caller = c.caller;
+  const aes = codecFromEnv();
+  if (aes) encoding.codec = aes;
   process.stdout.write(JSON.stringify({ ready: true }) + "\n");
   const pending: Promise<void>[] = [];
   for await (const line of createInterface({ input: process.stdin })) {
@@ -186,7 +202,7 @@ async function runProducer(): Promise<void> {
       continue;
     }
     pending.push(
-      handle(c, req)
+      handle(req.codec ? encoding : c, req)
         .catch((e: unknown) => {
           const rep: Record<string, unknown> = { error: e instanceof Error ? e.message : String(e) };
           if (e instanceof CommandRefusedError) rep.code = e.code;

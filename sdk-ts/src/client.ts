@@ -1,5 +1,6 @@
 import { headers, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import type { Codec } from "./codec.js";
 import { dial, inbox as newInbox, type ConnectOptions } from "./conn.js";
 import { Objects } from "./objects.js";
 import { CommandRefusedError, NotFoundError, RejectedError } from "./errors.js";
@@ -62,6 +63,12 @@ export class Client {
   maxPayload = 256 << 10;
   /** Names who sends commands (`ax.cmd.as.<caller>.…`), one subject token; empty: not named. */
   caller = "";
+  /**
+   * Encodes every non-empty payload submitted (and decodes the payloads
+   * of the records read back); the executors of the types need the same
+   * codec. Default none: payloads in clear.
+   */
+  codec?: Codec;
 
   /** A client on an existing connection (not closed by close()). */
   constructor(nc: NatsConnection, owned = false) {
@@ -95,7 +102,7 @@ export class Client {
    * earlier submission was rejected is evaluated anew.
    */
   async submit<P>(spec: TaskSpec<P>): Promise<string> {
-    const w = toWire(spec, this.maxPayload);
+    const w = this.encoded(toWire(spec, this.maxPayload));
     const data = jsonBytes(w);
     const lane = subj.submitLane(w.priority ?? 2, w.type);
     if (await this.sendDirect(subj.direct(lane), data)) return w.id;
@@ -110,7 +117,7 @@ export class Client {
    * applied are published one by one on their lanes.
    */
   async submitMany<P>(specs: TaskSpec<P>[]): Promise<string[]> {
-    const wires = specs.map((s) => toWire(s, this.maxPayload));
+    const wires = specs.map((s) => this.encoded(toWire(s, this.maxPayload)));
     const byType = new Map<string, number[]>();
     wires.forEach((w, i) => {
       const l = byType.get(w.type) ?? [];
@@ -147,13 +154,31 @@ export class Client {
    * in order.
    */
   async submitGraph(specs: TaskSpec[]): Promise<string[]> {
-    const wires = specs.map((s) => toWire(s, this.maxPayload));
+    const wires = specs.map((s) => this.encoded(toWire(s, this.maxPayload)));
     if (wires.length === 0) return [];
     const data = jsonBytes({ tasks: wires });
     if (!(await this.sendDirect(subj.direct(subj.GRAPH_SUBMIT), data))) {
       await this.js.publish(subj.GRAPH_SUBMIT, data, { msgID: msgID("graph-" + (wires[0] as WireSpec).id, data) });
     }
     return wires.map((w) => w.id);
+  }
+
+  /** A wire spec with its payload encoded by the codec (when there is one and a payload). */
+  private encoded(w: WireSpec): WireSpec {
+    if (!this.codec || w.payload === undefined) return w;
+    const enc = this.codec.encode(jsonBytes(w.payload));
+    const out = { ...w, payload: JSON.parse(new TextDecoder().decode(enc)) as unknown };
+    if (Buffer.byteLength(JSON.stringify(out.payload)) > this.maxPayload) {
+      throw new Error(`task ${w.id}: encoded payload exceeds the limit of ${this.maxPayload} bytes`);
+    }
+    return out;
+  }
+
+  /** A record with its payload decoded by the codec, when it is encoded. */
+  private decoded<T extends { payload?: unknown }>(t: T): T {
+    if (!this.codec || t.payload === undefined || typeof t.payload !== "object" || t.payload === null || !("ax_codec" in t.payload)) return t;
+    t.payload = JSON.parse(new TextDecoder().decode(this.codec.decode(jsonBytes(t.payload)))) as unknown;
+    return t;
   }
 
   /**
@@ -169,7 +194,7 @@ export class Client {
     const m = await this.nc.request(subj.state(id, type), undefined, { timeout: o.timeoutMs ?? 5000 });
     const rep = parseJSON<StateReply>(m.data);
     if (rep.error) throw new StateReadError(id, rep.error);
-    if (rep.task) return rep.task as TaskRecord<R>;
+    if (rep.task) return this.decoded(rep.task as TaskRecord<R>);
     if (rep.rejection) throw new RejectedError(rep.rejection);
     throw new NotFoundError(id);
   }
@@ -192,7 +217,7 @@ export class Client {
    */
   async get<R = unknown>(id: string): Promise<TaskRecord<R>> {
     const ev = await this.lastEvent(id);
-    if (ev) return ev.task as TaskRecord<R>;
+    if (ev) return this.decoded(ev.task as TaskRecord<R>);
     const rej = await this.rejection(id);
     if (rej) throw new RejectedError(rej);
     throw new NotFoundError(id);
@@ -264,7 +289,7 @@ export class Client {
         const rep = parseJSON<CommandReply>(m.data);
         if (!rep.ok) throw new CommandRefusedError(kind, id, rep.code ?? "", rep.error ?? "refused", rep.task);
         if (!rep.task) throw new Error(`${kind} ${id}: applied, but the reply has no task`);
-        return rep.task;
+        return this.decoded(rep.task);
       }
       throw new Error(`${kind} ${id}: no answer yet (the command stays queued)`);
     } finally {

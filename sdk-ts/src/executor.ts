@@ -6,6 +6,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { dial, type ConnectOptions } from "./conn.js";
 import { CancelError, PermanentError, RetryAfterError, SnoozeError } from "./errors.js";
 import { Batcher } from "./batcher.js";
+import type { Codec } from "./codec.js";
 import { Objects } from "./objects.js";
 import { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
@@ -119,6 +120,14 @@ export interface ExecutorOptions {
   maxTakeovers?: number;
   /** How often the workers registry announcement is rewritten; negative: none. Default 5 s. */
   announceIntervalMs?: number;
+  /**
+   * Decodes each task's payload before its handler sees it, and encodes
+   * the shard payloads a planner returns; use the producers' codec
+   * (wrap it with acceptClear to run payloads submitted in clear too). A
+   * payload that does not decode fails its attempt permanently, naming the
+   * cause. Default none: an encoded payload fails its task permanently.
+   */
+  codec?: Codec;
   /** Receives every attempt's measurements (the metrics hook). */
   onAttempt?: (m: AttemptMetrics) => void;
   /** Receives logs. Default: none. */
@@ -136,6 +145,7 @@ interface Config {
   idleProbeMs: number;
   maxTakeovers: number;
   announceIntervalMs: number;
+  codec?: Codec;
   onAttempt: (m: AttemptMetrics) => void;
   log: (level: LogLevel, msg: string, fields?: Record<string, unknown>) => void;
 }
@@ -158,6 +168,7 @@ function withDefaults(o: ExecutorOptions): Config {
     idleProbeMs: o.idleProbeMs && o.idleProbeMs > 0 ? o.idleProbeMs : 5000,
     maxTakeovers: o.maxTakeovers && o.maxTakeovers > 0 ? o.maxTakeovers : 3,
     announceIntervalMs: o.announceIntervalMs === undefined || o.announceIntervalMs === 0 ? 5000 : o.announceIntervalMs,
+    ...(o.codec ? { codec: o.codec } : {}),
     onAttempt: o.onAttempt ?? (() => {}),
     log: o.log ?? (() => {}),
   };
@@ -749,8 +760,15 @@ export class Executor {
   private async call(t: TaskRecord, token: string, signal: AbortSignal, ex: Execution): Promise<{ result?: unknown; plan?: PlanRef }> {
     const h = this.handlers.get(t.type);
     if (!h) throw new Error(`no handler for task type ${JSON.stringify(t.type)} on executor ${this.cfg.id}`);
-    if (isEncoded(t.payload)) {
-      const p = t.payload as { ax_codec?: unknown; key?: unknown };
+    let payload = t.payload;
+    if (this.cfg.codec && payload !== undefined) {
+      try {
+        payload = JSON.parse(new TextDecoder().decode(this.cfg.codec.decode(jsonBytes(payload)))) as unknown;
+      } catch (e) {
+        throw new PermanentError(`task ${t.id} on executor ${this.cfg.id}: decode payload: ${errorText(e)}`, { cause: e });
+      }
+    } else if (isEncoded(payload)) {
+      const p = payload as { ax_codec?: unknown; key?: unknown };
       throw new PermanentError(
         `the payload is encoded by codec ${JSON.stringify(p.ax_codec)} with key ${JSON.stringify(p.key)} and this executor has no codec: not run`,
       );
@@ -759,7 +777,7 @@ export class Executor {
     const job: Job = {
       id: t.id,
       type: t.type,
-      payload: t.payload,
+      payload,
       priority: t.priority ?? 2,
       capability: t.capability || "default",
       attempt: t.attempt,
@@ -808,7 +826,11 @@ export class Executor {
     const plan = {
       shards: shards.map((s, i) => {
         const out: Record<string, unknown> = {};
-        if (s.payload !== undefined) out.payload = s.payload;
+        if (s.payload !== undefined) {
+          out.payload = this.cfg.codec
+            ? (JSON.parse(new TextDecoder().decode(this.cfg.codec.encode(jsonBytes(s.payload)))) as unknown)
+            : s.payload;
+        }
         if (s.priority !== undefined) {
           if (!Number.isInteger(s.priority) || s.priority < 0 || s.priority > 5) throw new PermanentError(`shard ${i}: priority ${s.priority} is out of range 0..5`);
           out.priority = s.priority;

@@ -3,6 +3,7 @@
  * speak AX's wire contract (subjects.md) over NATS JetStream.
  */
 export { Client, StateReadError, msgID, type CallOptions } from "./client.js";
+export { AESGCM, CodecError, acceptClear, isEncodedJSON, type Codec, type Key } from "./codec.js";
 export { dial, type ConnectOptions } from "./conn.js";
 export {
   CancelError,
