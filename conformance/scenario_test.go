@@ -41,6 +41,10 @@ type scenario struct {
 	Script []step    `json:"script"`
 	Expect []expect  `json:"expect"`
 	Order  []ordered `json:"order"`
+	// MaxRunning: at most this many of the scenario's handlers ran at
+	// once, and that many did at some point (from the handlers' started
+	// and finished events: "sleep" steps emit finished).
+	MaxRunning int `json:"max_running"`
 }
 
 // taskDef is a task of a scenario: its spec, without id and capability
@@ -148,6 +152,36 @@ func runScenario(t *testing.T, e *env, ad adapter, pr *producer, sc scenario) {
 	}
 	for _, o := range sc.Order {
 		r.checkOrder(o)
+	}
+	if sc.MaxRunning > 0 {
+		r.checkMaxRunning(sc.MaxRunning)
+	}
+}
+
+// checkMaxRunning checks the most handlers of the scenario's tasks that
+// ran at once, from their events in the order received.
+func (r *scenarioRun) checkMaxRunning(want int) {
+	ids := map[string]bool{}
+	for _, id := range r.ids {
+		ids[id] = true
+	}
+	running, most := 0, 0
+	r.e.events.mu.Lock()
+	for _, ev := range r.e.events.all {
+		if !ids[ev.ID] {
+			continue
+		}
+		switch ev.Event {
+		case "started":
+			running++
+			most = max(most, running)
+		case "finished", "aborted":
+			running--
+		}
+	}
+	r.e.events.mu.Unlock()
+	if most != want {
+		r.t.Errorf("at most %d handlers ran at once, want %d", most, want)
 	}
 }
 

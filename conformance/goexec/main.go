@@ -185,6 +185,8 @@ func runExecutor(ctx context.Context) error {
 		case "sleep":
 			select {
 			case <-time.After(time.Duration(s.MS) * time.Millisecond):
+				ev.Event = "finished"
+				emit(ev)
 				return s.Result, nil
 			case <-ctx.Done():
 				return nil, aborted()

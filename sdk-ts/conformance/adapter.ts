@@ -107,6 +107,7 @@ async function runExecutor(): Promise<void> {
             reject(aborted());
           }, { once: true });
         });
+        emit({ event: "finished", ...ev });
         return s.result;
       case "inputs": {
         const inputs = await job.inputs();
