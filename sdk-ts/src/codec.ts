@@ -104,7 +104,13 @@ export function acceptClear(c: Codec): Codec {
   return {
     encode: (p) => c.encode(p),
     decode: (e) => (isEncodedJSON(e) ? c.decode(e) : e),
-  };
+    acceptsClear: true,
+  } as Codec;
+}
+
+/** Reports whether a codec passes payloads in clear through decode (acceptClear). */
+export function acceptsClear(c: Codec): boolean {
+  return (c as Codec & { acceptsClear?: boolean }).acceptsClear === true;
 }
 
 /** Reports whether JSON bytes are an object with an "ax_codec" member (an encoded payload). */

@@ -6,7 +6,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { dial, type ConnectOptions } from "./conn.js";
 import { CancelError, PermanentError, RetryAfterError, SnoozeError } from "./errors.js";
 import { Batcher } from "./batcher.js";
-import type { Codec } from "./codec.js";
+import { acceptsClear, type Codec } from "./codec.js";
 import { Objects } from "./objects.js";
 import { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
@@ -761,7 +761,8 @@ export class Executor {
     const h = this.handlers.get(t.type);
     if (!h) throw new Error(`no handler for task type ${JSON.stringify(t.type)} on executor ${this.cfg.id}`);
     let payload = t.payload;
-    if (this.cfg.codec && payload !== undefined) {
+    // (A payload in clear skips a codec that accepts clear ones: no re-encoding.)
+    if (this.cfg.codec && payload !== undefined && (isEncoded(payload) || !acceptsClear(this.cfg.codec))) {
       try {
         payload = JSON.parse(new TextDecoder().decode(this.cfg.codec.decode(jsonBytes(payload)))) as unknown;
       } catch (e) {
