@@ -36,6 +36,9 @@ type scenario struct {
 	// submit_many when SubmitMany).
 	Tasks      []taskDef `json:"tasks"`
 	SubmitMany bool      `json:"submit_many"`
+	// SubmitGraph submits the tasks as one graph (submit_graph): all of
+	// it is created, or all of it rejected.
+	SubmitGraph bool `json:"submit_graph"`
 	// Script runs in order. Without a "submit" step, executor "a" is
 	// started and the tasks are submitted before it.
 	Script []step    `json:"script"`
@@ -313,22 +316,26 @@ func (r *scenarioRun) spec(td taskDef) map[string]any {
 }
 
 func (r *scenarioRun) submit(ctx context.Context) error {
-	if r.sc.SubmitMany {
+	if r.sc.SubmitMany || r.sc.SubmitGraph {
 		specs := make([]map[string]any, len(r.sc.Tasks))
 		for i, td := range r.sc.Tasks {
 			specs[i] = r.spec(td)
 		}
-		rep, err := r.pr.call(ctx, map[string]any{"op": "submit_many", "specs": specs})
+		op := "submit_many"
+		if r.sc.SubmitGraph {
+			op = "submit_graph"
+		}
+		rep, err := r.pr.call(ctx, map[string]any{"op": op, "specs": specs})
 		if err != nil {
-			return fmt.Errorf("submit_many: %w", err)
+			return fmt.Errorf("%s: %w", op, err)
 		}
 		var ids []string
 		if err := json.Unmarshal(rep["ids"], &ids); err != nil || len(ids) != len(specs) {
-			return fmt.Errorf("submit_many replied %s", rep["ids"])
+			return fmt.Errorf("%s replied %s", op, rep["ids"])
 		}
 		for i, td := range r.sc.Tasks {
 			if ids[i] != r.ids[td.Key] {
-				return fmt.Errorf("submit_many returned id %s for %s, want %s", ids[i], td.Key, r.ids[td.Key])
+				return fmt.Errorf("%s returned id %s for %s, want %s", op, ids[i], td.Key, r.ids[td.Key])
 			}
 		}
 		return nil

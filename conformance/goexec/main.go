@@ -359,6 +359,20 @@ func handle(ctx context.Context, c *sdk.Client, req request) map[string]any {
 			return fail(err)
 		}
 		return map[string]any{"id": id}
+	case "submit_graph":
+		specs := make([]task.Spec, len(req.Specs))
+		for i, raw := range req.Specs {
+			s, err := decodeSpec(raw)
+			if err != nil {
+				return fail(err)
+			}
+			specs[i] = s
+		}
+		ids, err := c.SubmitGraph(ctx, specs)
+		if err != nil {
+			return fail(err)
+		}
+		return map[string]any{"ids": ids}
 	case "submit_many":
 		specs := make([]task.Spec, len(req.Specs))
 		for i, raw := range req.Specs {

@@ -170,6 +170,8 @@ async function handle(c: Client, req: Request): Promise<Record<string, unknown>>
       return { id: await c.submit(req.spec as TaskSpec) };
     case "submit_many":
       return { ids: await c.submitMany(req.specs ?? []) };
+    case "submit_graph":
+      return { ids: await c.submitGraph(req.specs ?? []) };
     case "state":
       return { task: await c.state(req.type ?? "", req.id ?? "", { timeoutMs }) };
     case "wait":
