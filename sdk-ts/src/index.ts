@@ -1,0 +1,34 @@
+/**
+ * AX for TypeScript: a producer (Client) and an executor (Executor) that
+ * speak AX's wire contract (subjects.md) over NATS JetStream.
+ */
+export { Client, StateReadError, msgID, type CallOptions } from "./client.js";
+export { AESGCM, CodecError, acceptClear, isEncodedJSON, type Codec, type Key } from "./codec.js";
+export { dial, type ConnectOptions } from "./conn.js";
+export {
+  CancelError,
+  CommandRefusedError,
+  InvalidSpecError,
+  NoTopologyError,
+  NotFoundError,
+  PermanentError,
+  RejectedError,
+  RetryAfterError,
+  SnoozeError,
+} from "./errors.js";
+export {
+  DEFAULT_WEIGHTS,
+  Executor,
+  INLINE_RESULT_LIMIT,
+  setOutcome,
+  type AttemptMetrics,
+  type ExecutorOptions,
+  type Handler,
+  type Job,
+  type LogLevel,
+} from "./executor.js";
+export { DigestMismatchError, digest } from "./objects.js";
+export { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
+export { toWire, validCapability, validID, validType, type TaskSpec } from "./spec.js";
+export { formatDuration, newID, parseDuration } from "./util.js";
+export * from "./wire.js";
