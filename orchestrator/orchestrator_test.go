@@ -15,6 +15,7 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/testenv"
 	"github.com/ax-run/ax/orchestrator"
+	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
@@ -63,20 +64,9 @@ func TestSubmitRunSucceed(t *testing.T) {
 
 func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	var fail atomic.Bool
 	fail.Store(true)
-	ex.HandleFunc("flaky", func(ctx context.Context, j *executor.Job) (any, error) {
-		if fail.Load() {
-			return nil, errors.New("boom")
-		}
-		return "ok", nil
-	})
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 30*time.Second)
+	c, ctx := flakyStack(t, fail.Load)
 	id, err := c.Submit(ctx, task.Spec{Type: "flaky", MaxRetries: new(2)})
 	if err != nil {
 		t.Fatal(err)
@@ -112,19 +102,8 @@ func TestRetryThenDeadLetterThenRedrive(t *testing.T) {
 // workers a retry waits for.
 func TestTimersAndLooksAreConsumedApart(t *testing.T) {
 	t.Parallel()
-	srv := testenv.NATS(t)
-	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
 	var failed atomic.Bool
-	ex.HandleFunc("flaky", func(ctx context.Context, j *executor.Job) (any, error) {
-		if failed.CompareAndSwap(false, true) {
-			return nil, errors.New("boom")
-		}
-		return "ok", nil
-	})
-	testenv.Start(t, ex)
-	c := testenv.Client(t, srv.URL())
-	ctx := testenv.Context(t, 30*time.Second)
+	c, ctx := flakyStack(t, func() bool { return failed.CompareAndSwap(false, true) })
 	id, err := c.Submit(ctx, task.Spec{Type: "flaky", MaxRetries: new(2)})
 	if err != nil {
 		t.Fatal(err)
@@ -161,4 +140,22 @@ func TestTimersAndLooksAreConsumedApart(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, "the look acknowledged by "+subject.ConsumerLooks, func() bool {
 		return info(subject.ConsumerLooks).AckFloor.Consumer > before
 	})
+}
+
+// flakyStack starts a server, an orchestrator and an executor whose
+// "flaky" handler fails ("boom") whenever fail says so and returns "ok"
+// otherwise, and returns a client and a 30 s context.
+func flakyStack(t *testing.T, fail func() bool) (*sdk.Client, context.Context) {
+	t.Helper()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("flaky", func(ctx context.Context, j *executor.Job) (any, error) {
+		if fail() {
+			return nil, errors.New("boom")
+		}
+		return "ok", nil
+	})
+	testenv.Start(t, ex)
+	return testenv.Client(t, srv.URL()), testenv.Context(t, 30*time.Second)
 }

@@ -359,7 +359,7 @@ func handle(ctx context.Context, c *sdk.Client, req request) map[string]any {
 			return fail(err)
 		}
 		return map[string]any{"id": id}
-	case "submit_graph":
+	case "submit_graph", "submit_many":
 		specs := make([]task.Spec, len(req.Specs))
 		for i, raw := range req.Specs {
 			s, err := decodeSpec(raw)
@@ -368,21 +368,11 @@ func handle(ctx context.Context, c *sdk.Client, req request) map[string]any {
 			}
 			specs[i] = s
 		}
-		ids, err := c.SubmitGraph(ctx, specs)
-		if err != nil {
-			return fail(err)
+		submit := c.SubmitMany
+		if req.Op == "submit_graph" {
+			submit = c.SubmitGraph
 		}
-		return map[string]any{"ids": ids}
-	case "submit_many":
-		specs := make([]task.Spec, len(req.Specs))
-		for i, raw := range req.Specs {
-			s, err := decodeSpec(raw)
-			if err != nil {
-				return fail(err)
-			}
-			specs[i] = s
-		}
-		ids, err := c.SubmitMany(ctx, specs)
+		ids, err := submit(ctx, specs)
 		if err != nil {
 			return fail(err)
 		}
