@@ -130,22 +130,35 @@ func tail(path string, n int) string {
 // output is copied to the log at logPath by a goroutine that ends with r).
 func waitLine(ctx context.Context, p *proc, r io.Reader, ok func(string) bool) error {
 	found := make(chan struct{})
-	go func() { // ends when the process closes its stdout
+	seen := false
+	readLines(p, r, func(line []byte) {
+		if !seen && ok(string(line)) {
+			seen = true
+			close(found)
+		}
+	})
+	return waitReady(ctx, p, found)
+}
+
+// readLines copies each line of r to p's log and hands it to each, in a
+// goroutine that ends when the process closes r.
+func readLines(p *proc, r io.Reader, each func(line []byte)) {
+	go func() {
 		log, _ := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND, 0o644)
 		defer log.Close()
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		seen := false
 		for sc.Scan() {
 			fmt.Fprintf(log, "stdout: %s\n", sc.Text())
-			if !seen && ok(sc.Text()) {
-				seen = true
-				close(found)
-			}
+			each(sc.Bytes())
 		}
 	}()
+}
+
+// waitReady waits for ready, or says why p will not be.
+func waitReady(ctx context.Context, p *proc, ready <-chan struct{}) error {
 	select {
-	case <-found:
+	case <-ready:
 		return nil
 	case <-p.done:
 		return fmt.Errorf("%s exited before it was ready: %v\n%s", p.name, p.err, tail(p.logPath, 20))
@@ -154,18 +167,8 @@ func waitLine(ctx context.Context, p *proc, r io.Reader, ok func(string) bool) e
 	}
 }
 
-// event is what an adapter's behave handler publishes on
-// conformance.events.<capability> (README.md).
-type event struct {
-	Event       string `json:"event"`
-	ID          string `json:"id"`
-	Attempt     int    `json:"attempt"`
-	ExecutionID string `json:"execution_id"`
-	Executor    string `json:"executor"`
-	Priority    int    `json:"priority"`
-	Run         int    `json:"run"`
-	Reason      string `json:"reason"`
-}
+// event is an adapter's handler event (Event).
+type event = Event
 
 // events collects the handlers' events of every scenario, in the order
 // the suite received them (one publisher's messages keep their order).
@@ -236,42 +239,31 @@ func startProducer(ctx context.Context, t *testing.T, dir, name string, argv, en
 	p, in, out := startProc(t, dir, name, argv, env, true)
 	pr := &producer{p: p, in: in, waiting: map[int]chan map[string]json.RawMessage{}}
 	ready := make(chan struct{})
-	go func() { // owned by the producer: ends when its stdout closes
-		log, _ := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND, 0o644)
-		defer log.Close()
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
-		first := true
-		for sc.Scan() {
-			fmt.Fprintf(log, "stdout: %s\n", sc.Text())
-			if first {
-				first = false
-				close(ready)
-				continue
-			}
-			var rep map[string]json.RawMessage
-			if json.Unmarshal(sc.Bytes(), &rep) != nil {
-				continue
-			}
-			var seq int
-			_ = json.Unmarshal(rep["seq"], &seq)
-			pr.mu.Lock()
-			ch := pr.waiting[seq]
-			delete(pr.waiting, seq)
-			pr.mu.Unlock()
-			if ch != nil {
-				ch <- rep
-			}
+	first := true
+	readLines(p, out, func(line []byte) {
+		if first {
+			first = false
+			close(ready)
+			return
 		}
-	}()
-	select {
-	case <-ready:
-		return pr, nil
-	case <-p.done:
-		return nil, fmt.Errorf("producer %s exited: %v\n%s", name, p.err, tail(p.logPath, 20))
-	case <-ctx.Done():
-		return nil, fmt.Errorf("producer %s not ready: %w", name, ctx.Err())
+		var rep map[string]json.RawMessage
+		if json.Unmarshal(line, &rep) != nil {
+			return
+		}
+		var seq int
+		_ = json.Unmarshal(rep["seq"], &seq)
+		pr.mu.Lock()
+		ch := pr.waiting[seq]
+		delete(pr.waiting, seq)
+		pr.mu.Unlock()
+		if ch != nil {
+			ch <- rep
+		}
+	})
+	if err := waitReady(ctx, p, ready); err != nil {
+		return nil, err
 	}
+	return pr, nil
 }
 
 // call sends a request and waits for its reply; a reply with "error" is

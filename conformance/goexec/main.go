@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ax-run/ax/codec"
+	"github.com/ax-run/ax/conformance"
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
@@ -108,16 +109,7 @@ type behaviour struct {
 }
 
 // event is what the handler tells the suite, on conformance.events.<capability>.
-type event struct {
-	Event       string `json:"event"`
-	ID          string `json:"id"`
-	Attempt     int    `json:"attempt"`
-	ExecutionID string `json:"execution_id"`
-	Executor    string `json:"executor"`
-	Priority    int    `json:"priority"`
-	Run         int    `json:"run"`
-	Reason      string `json:"reason,omitempty"`
-}
+type event = conformance.Event
 
 func runExecutor(ctx context.Context) error {
 	nc, err := connect("conformance-go-executor")
