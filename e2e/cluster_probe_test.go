@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/subject"
 )
 
@@ -19,9 +20,17 @@ import (
 // longest gap between answers is the store's own outage as the best-placed
 // client saw it, to set beside the tasks' longest stall: a task cannot move
 // while its stream has no leader.
+//
+// Each tick reads twice: as the jetstream package does (the first answer
+// taken) and as AX does (internal/leaderget: past a member's "unavailable"
+// while the leader answers); the refusals of each are counted.
 type leaderProbe struct {
 	mu       sync.Mutex
-	answered []time.Time
+	answered []time.Time // AX's reads (leaderget)
+	plainAt  []time.Time // the jetstream package's reads
+	reads    int
+	refused  int // AX's reads not answered
+	plainNo  int // the jetstream package's reads not answered
 	stop     chan struct{}
 	done     sync.WaitGroup
 }
@@ -44,6 +53,7 @@ func (p *leaderProbe) run(js jetstream.JetStream) {
 	tick := time.NewTicker(probeEvery)
 	defer tick.Stop()
 	subj := subject.TaskEvents("e2e-leader-probe")
+	reader := leaderget.New(js)
 	var st jetstream.Stream
 	for {
 		select {
@@ -60,22 +70,53 @@ func (p *leaderProbe) run(js jetstream.JetStream) {
 			_, err = st.GetLastMsgForSubject(ctx, subj)
 		}
 		cancel()
-		if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) {
-			p.mu.Lock()
-			p.answered = append(p.answered, time.Now())
-			p.mu.Unlock()
+		plain := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		plainEnd := time.Now()
+		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = reader.Last(ctx, subject.StreamTasks, subj)
+		cancel()
+		ax := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		p.mu.Lock()
+		p.reads++
+		if plain {
+			p.plainAt = append(p.plainAt, plainEnd)
+		} else {
+			p.plainNo++
 		}
+		if ax {
+			p.answered = append(p.answered, time.Now())
+		} else {
+			p.refused++
+		}
+		p.mu.Unlock()
 	}
 }
 
-// longestGap stops the probe and returns the longest time between answers
-// from `from` to `to`, and when it began.
-func (p *leaderProbe) longestGap(from, to time.Time) (time.Duration, time.Time) {
+// probeFigures is what the probe saw from `from` to `to`: the longest gap
+// between answers to AX's reads and when it began, the same for the
+// jetstream package's reads, and the reads each refused.
+type probeFigures struct {
+	outage, plainOutage     time.Duration
+	outageAt, plainOutageAt time.Time
+	reads, refused, plainNo int
+}
+
+// figures stops the probe and returns its figures from `from` to `to`.
+func (p *leaderProbe) figures(from, to time.Time) probeFigures {
 	close(p.stop)
 	p.done.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	times := slices.Clone(p.answered)
+	f := probeFigures{reads: p.reads, refused: p.refused, plainNo: p.plainNo}
+	f.outage, f.outageAt = longestGap(p.answered, from, to)
+	f.plainOutage, f.plainOutageAt = longestGap(p.plainAt, from, to)
+	return f
+}
+
+// longestGap returns the longest time between answers from `from` to
+// `to`, and when it began.
+func longestGap(answered []time.Time, from, to time.Time) (time.Duration, time.Time) {
+	times := slices.Clone(answered)
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	last, longest, began := from, time.Duration(0), from
 	for _, at := range append(times, to) {

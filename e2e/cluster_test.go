@@ -152,7 +152,7 @@ func TestCluster(t *testing.T) {
 	r.logf("workload submitted: %d of %d tasks acknowledged (%d retried calls)", len(sub.ackedIDs()), len(w.tasks), sub.retried())
 	r.healAll()
 	healed := time.Now()
-	outage, outageAt := probe.longestGap(phaseStart, healed)
+	pf := probe.figures(phaseStart, healed)
 	nFaults, faultKinds := r.faultSummary()
 	r.logf("healed after %s of faults (%d: %s)", healed.Sub(phaseStart).Round(time.Second), nFaults, faultKinds)
 
@@ -212,7 +212,8 @@ func TestCluster(t *testing.T) {
   violations:     %d history invariant violations
   key limits:     most attempts of one tenant at once %v (limit %d)
   longest stall:  %s (not counting waits for unfinished upstreams or shards, or for a slot of a concurrency key)
-  store outage:   %s from %s (the longest AX_TASKS went without answering a leader read, probed every %s through every node, until healed)
+  store outage:   %s from %s (the longest AX_TASKS went without answering a leader read, probed every %s through every node, until healed); reads as the jetstream package's: %s from %s
+  probe reads:    %d; refused %d as AX reads (internal/leaderget), %d as the jetstream package's (a member's "unavailable" taken first)
   slot wait:      %s (the longest wait for a slot of a concurrency key)
   raw stall:      %s (any unfinished task without an event)
   by state:       %s
@@ -226,7 +227,8 @@ func TestCluster(t *testing.T) {
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
 		stuckLine, len(f.missing), f.violations, peaks, clusterKeyLimit,
-		f.longest, outage.Round(time.Millisecond), outageAt.Format("15:04:05.000"), probeEvery, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
+		f.longest, pf.outage.Round(time.Millisecond), pf.outageAt.Format("15:04:05.000"), probeEvery,
+		pf.plainOutage.Round(time.Millisecond), pf.plainOutageAt.Format("15:04:05.000"), pf.reads, pf.refused, pf.plainNo, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),

@@ -36,7 +36,7 @@ func (o *Orchestrator) discardDeadLetter(ctx context.Context, id string, req tas
 	if !task.ValidID(id) {
 		return fmt.Errorf("%w: %q is not a task id", errInvalid, id)
 	}
-	dlq, err := o.js.Stream(ctx, subject.StreamDLQ)
+	dlq, err := o.bind(ctx, subject.StreamDLQ)
 	if err != nil {
 		return fmt.Errorf("discard dead letter %s: %w", id, err)
 	}

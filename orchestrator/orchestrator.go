@@ -21,6 +21,7 @@ import (
 	"github.com/ax-run/ax/internal/exectoken"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/groupcommit"
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/object"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -70,6 +71,9 @@ type Orchestrator struct {
 	tasks, leases jetstream.Stream
 	// held is AX_HELD: the markers of tasks waiting for a slot.
 	held jetstream.Stream
+	// reads sends the leader reads of the streams above (leaderget): one
+	// inbox for all of them.
+	reads *leaderget.Reader
 	// bells rings the doorbells of the levels dispatched on (bell.go).
 	bells *bells
 	// sweeps batches the reconciler's looks at dispatched tasks.
@@ -399,10 +403,11 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		return err
 	}
 	o.objects = object.New(o.js)
-	if o.timers, err = o.js.Stream(ctx, subject.StreamTimers); err != nil {
+	o.reads = leaderget.New(o.js)
+	if o.timers, err = o.bind(ctx, subject.StreamTimers); err != nil {
 		return fmt.Errorf("bind timers: %w", err)
 	}
-	if o.tasks, err = o.js.Stream(ctx, subject.StreamTasks); err != nil {
+	if o.tasks, err = o.bind(ctx, subject.StreamTasks); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamTasks, err)
 	}
 	if o.tasks.CachedInfo().Config.Metadata[topology.TaskLayoutKey] != topology.TaskLayout {
@@ -417,19 +422,19 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 			return err
 		}
 	}
-	if o.leases, err = o.js.Stream(ctx, subject.StreamLeases); err != nil {
+	if o.leases, err = o.bind(ctx, subject.StreamLeases); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
 	}
-	if o.held, err = o.js.Stream(ctx, subject.StreamHeld); err != nil {
+	if o.held, err = o.bind(ctx, subject.StreamHeld); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamHeld, err)
 	}
 	if err := o.bindRetrySlots(ctx); err != nil {
 		return err
 	}
-	if o.control, err = o.js.KeyValue(ctx, subject.BucketControl); err != nil {
+	if o.control, err = leaderget.BindKV(ctx, o.js, subject.BucketControl, o.reads); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketControl, err)
 	}
-	if o.slotsKV, err = o.js.KeyValue(ctx, subject.BucketSlots); err != nil {
+	if o.slotsKV, err = leaderget.BindKV(ctx, o.js, subject.BucketSlots, o.reads); err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketSlots, err)
 	}
 	if o.revoked, err = o.js.KeyValue(ctx, subject.BucketRevoked); err != nil {
@@ -482,4 +487,13 @@ func (o *Orchestrator) StoreReads() uint64 {
 		return 0
 	}
 	return o.store.Reads()
+}
+
+// bind binds the stream name with its leader reads through o.reads.
+func (o *Orchestrator) bind(ctx context.Context, name string) (jetstream.Stream, error) {
+	st, err := o.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return leaderget.Wrap(st, o.reads), nil
 }

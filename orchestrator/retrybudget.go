@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/window"
 	"github.com/ax-run/ax/task"
@@ -154,7 +155,7 @@ func (o *Orchestrator) allocateRetry(ctx context.Context, taskType, holder strin
 }
 
 func (o *Orchestrator) bindRetrySlots(ctx context.Context) error {
-	kv, err := o.js.KeyValue(ctx, subject.BucketRetryWindows)
+	kv, err := leaderget.BindKV(ctx, o.js, subject.BucketRetryWindows, o.reads)
 	if err != nil {
 		return fmt.Errorf("bind %s: %w", subject.BucketRetryWindows, err)
 	}

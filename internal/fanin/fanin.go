@@ -32,6 +32,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -56,7 +57,8 @@ func New(ctx context.Context, js jetstream.JetStream) (*Markers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamCounts, err)
 	}
-	return &Markers{js: js, stream: st, counts: counts}, nil
+	reads := leaderget.New(js)
+	return &Markers{js: js, stream: leaderget.Wrap(st, reads), counts: leaderget.Wrap(counts, reads)}, nil
 }
 
 // Mark records how member of waiter ended, counts it, and returns the

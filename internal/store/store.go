@@ -25,6 +25,7 @@ import (
 
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/jspub"
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/scan"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/wirejson"
@@ -71,7 +72,7 @@ func New(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamTasks, err)
 	}
-	s := &Store{js: js, stream: st}
+	s := &Store{js: js, stream: leaderget.Wrap(st, leaderget.New(js))}
 	s.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 		return jspub.PublishMsg(ctx, js.Conn(), m)
 	}
@@ -101,7 +102,8 @@ func (s *Store) Last(ctx context.Context, id string) (task.Event, uint64, error)
 // decodeLast reads a task's last event into v and returns its revision and
 // whether it is a dispatch; ErrNotFound when the task has no history. Reads
 // are direct gets while AX_TASKS has one replica, leader reads otherwise
-// (internal/topology); when the stream stopped allowing direct gets since
+// (internal/topology), through internal/leaderget (past a replica's
+// "unavailable" while the leader answers); when the stream stopped allowing direct gets since
 // this store bound it (it was given replicas), nobody answers them: the
 // store refreshes what it knows of the stream and reads again.
 func (s *Store) decodeLast(ctx context.Context, id string, v any) (uint64, bool, error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 )
@@ -44,7 +45,7 @@ type Keys struct {
 
 // New binds to the AX_UNIQUE stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Keys, error) {
-	st, err := js.Stream(ctx, subject.StreamUnique)
+	st, err := leaderget.Bind(ctx, js, subject.StreamUnique)
 	if err != nil {
 		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamUnique, err)
 	}
