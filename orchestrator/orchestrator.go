@@ -74,6 +74,9 @@ type Orchestrator struct {
 	// reads sends the leader reads of the streams above (leaderget): one
 	// inbox for all of them.
 	reads *leaderget.Reader
+	// ensurer and setupDone are setup's progress across Start's tries.
+	ensurer   *topology.Ensurer
+	setupDone map[string]bool
 	// bells rings the doorbells of the levels dispatched on (bell.go).
 	bells *bells
 	// sweeps batches the reconciler's looks at dispatched tasks.
@@ -362,11 +365,101 @@ func (o *Orchestrator) bindLoop(ctx context.Context, l loop) (jetstream.Consumer
 }
 
 // setup creates AX's topology and binds what the orchestrator uses,
-// including its consumers (so they exist when Start returns).
+// including its consumers (so they exist when Start returns). Start calls
+// it again after an error (JetStream briefly unavailable): it resumes at
+// the step that failed, and never redoes one done (under faults, some of
+// its ~100 requests time out; started over each time, an orchestrator
+// restarted during a chaos run took 67 s to get through them all at once).
 func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
-	if err := topology.Ensure(ctx, o.js, o.cfg.Topology); err != nil {
-		return err
+	if o.ensurer == nil {
+		o.ensurer = topology.NewEnsurer(o.js, o.cfg.Topology)
+		o.setupDone = make(map[string]bool)
+		o.reads = leaderget.New(o.js)
+		o.objects = object.New(o.js)
 	}
+	step := func(name string, f func() error) error {
+		if o.setupDone[name] {
+			return nil
+		}
+		if err := f(); err != nil {
+			return err
+		}
+		o.setupDone[name] = true
+		return nil
+	}
+	bindKV := func(bucket string, kv *jetstream.KeyValue) func() error {
+		return func() error {
+			b, err := leaderget.BindKV(ctx, o.js, bucket, o.reads)
+			if err != nil {
+				return fmt.Errorf("bind %s: %w", bucket, err)
+			}
+			*kv = b
+			return nil
+		}
+	}
+	bind := func(name string, st *jetstream.Stream) func() error {
+		return func() error {
+			b, err := o.bind(ctx, name)
+			if err != nil {
+				return fmt.Errorf("bind %s: %w", name, err)
+			}
+			*st = b
+			return nil
+		}
+	}
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"topology", func() error { return o.ensurer.Ensure(ctx) }},
+		{"store", func() error { return o.bindStore(ctx) }},
+		{"fanin", func() (err error) { o.fanin, err = fanin.New(ctx, o.js); return err }},
+		{"edges", func() (err error) { o.edges, err = edges.New(ctx, o.js); return err }},
+		{"unique", func() (err error) { o.unique, err = unique.New(ctx, o.js); return err }},
+		{"types", func() (err error) {
+			if n := o.cfg.Limits.MaxTaskTypes; n > 0 && o.types == nil {
+				o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now)
+			}
+			return err
+		}},
+		{"tokens", func() (err error) { o.tokens, err = exectoken.Load(ctx, o.js); return err }},
+		{"timers", bind(subject.StreamTimers, &o.timers)},
+		{"tasks", func() error { return o.bindTasks(ctx) }},
+		{"leases", bind(subject.StreamLeases, &o.leases)},
+		{"held", bind(subject.StreamHeld, &o.held)},
+		{"retry slots", func() error { return o.bindRetrySlots(ctx) }},
+		{"control", bindKV(subject.BucketControl, &o.control)},
+		{"slots", bindKV(subject.BucketSlots, &o.slotsKV)},
+		{"revoked", func() (err error) {
+			if o.revoked, err = o.js.KeyValue(ctx, subject.BucketRevoked); err != nil {
+				return fmt.Errorf("bind %s: %w", subject.BucketRevoked, err)
+			}
+			return nil
+		}},
+		{"configured limits", func() error {
+			// Clients list the configured limits beside those set at run time.
+			data, _ := json.Marshal(task.ConfiguredLimits{Limits: o.cfg.KeyLimits, By: o.cfg.NodeID, At: o.now()})
+			if _, err := o.control.Put(ctx, subject.ControlConfiguredLimits, data); err != nil {
+				return fmt.Errorf("publish the configured key limits: %w", err)
+			}
+			return nil
+		}},
+	}
+	for _, s := range steps {
+		if err := step(s.name, s.f); err != nil {
+			return err
+		}
+	}
+	for _, l := range loops {
+		if err := step("consumer "+l.consumer, func() error { _, err := o.bindLoop(ctx, l); return err }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bindStore binds the task store, with group commit when AX_TASKS asks for it.
+func (o *Orchestrator) bindStore(ctx context.Context) error {
 	st, err := store.New(ctx, o.js)
 	if err != nil {
 		return err
@@ -385,35 +478,18 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		st.UseCommitter(o.committer)
 	}
 	o.store = st
-	if o.fanin, err = fanin.New(ctx, o.js); err != nil {
-		return err
-	}
-	if o.edges, err = edges.New(ctx, o.js); err != nil {
-		return err
-	}
-	if o.unique, err = unique.New(ctx, o.js); err != nil {
-		return err
-	}
-	if n := o.cfg.Limits.MaxTaskTypes; n > 0 && o.types == nil {
-		if o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now); err != nil {
-			return err
-		}
-	}
-	if o.tokens, err = exectoken.Load(ctx, o.js); err != nil {
-		return err
-	}
-	o.objects = object.New(o.js)
-	o.reads = leaderget.New(o.js)
-	if o.timers, err = o.bind(ctx, subject.StreamTimers); err != nil {
-		return fmt.Errorf("bind timers: %w", err)
-	}
-	if o.tasks, err = o.bind(ctx, subject.StreamTasks); err != nil {
+	return nil
+}
+
+// bindTasks binds AX_TASKS, refusing one that holds task histories of an
+// earlier version's layout (and recording, with none, that there are none).
+func (o *Orchestrator) bindTasks(ctx context.Context) error {
+	tasks, err := o.bind(ctx, subject.StreamTasks)
+	if err != nil {
 		return fmt.Errorf("bind %s: %w", subject.StreamTasks, err)
 	}
-	if o.tasks.CachedInfo().Config.Metadata[topology.TaskLayoutKey] != topology.TaskLayout {
-		// An AX_TASKS of an earlier version: refuse to run on histories of
-		// the earlier layout; with none, record that there are none.
-		if legacy, err := st.HasLegacy(ctx); err != nil {
+	if tasks.CachedInfo().Config.Metadata[topology.TaskLayoutKey] != topology.TaskLayout {
+		if legacy, err := o.store.HasLegacy(ctx); err != nil {
 			return err
 		} else if legacy {
 			return errLegacyHistories
@@ -422,34 +498,7 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 			return err
 		}
 	}
-	if o.leases, err = o.bind(ctx, subject.StreamLeases); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.StreamLeases, err)
-	}
-	if o.held, err = o.bind(ctx, subject.StreamHeld); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.StreamHeld, err)
-	}
-	if err := o.bindRetrySlots(ctx); err != nil {
-		return err
-	}
-	if o.control, err = leaderget.BindKV(ctx, o.js, subject.BucketControl, o.reads); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.BucketControl, err)
-	}
-	if o.slotsKV, err = leaderget.BindKV(ctx, o.js, subject.BucketSlots, o.reads); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.BucketSlots, err)
-	}
-	if o.revoked, err = o.js.KeyValue(ctx, subject.BucketRevoked); err != nil {
-		return fmt.Errorf("bind %s: %w", subject.BucketRevoked, err)
-	}
-	// Clients list the configured limits beside those set at run time.
-	data, _ := json.Marshal(task.ConfiguredLimits{Limits: o.cfg.KeyLimits, By: o.cfg.NodeID, At: o.now()})
-	if _, err := o.control.Put(ctx, subject.ControlConfiguredLimits, data); err != nil {
-		return fmt.Errorf("publish the configured key limits: %w", err)
-	}
-	for _, l := range loops {
-		if _, err := o.bindLoop(ctx, l); err != nil {
-			return err
-		}
-	}
+	o.tasks = tasks
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package topology_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,4 +237,58 @@ func TestGroupCommitIsKeptUnlessChanged(t *testing.T) {
 			t.Fatalf("after Ensure with GroupCommit %v: recorded %v, want %v (metadata %v)", step.set, got, step.want, s.CachedInfo().Config.Metadata)
 		}
 	}
+}
+
+// TestEnsurerResumesWhereItFailed: an Ensure cut off midway (its context
+// ends after some requests, as requests time out under faults) is resumed
+// by the next call at the step that failed: the two calls together send
+// about as many requests as one whole Ensure, not one and a half, and the
+// topology ends complete.
+func TestEnsurerResumesWhereItFailed(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	var sent atomic.Int64
+	var cut atomic.Pointer[context.CancelFunc]
+	trace := &jetstream.ClientTrace{RequestSent: func(string, []byte) {
+		if sent.Add(1) == 40 {
+			if c := cut.Load(); c != nil {
+				(*c)()
+			}
+		}
+	}}
+	js, err := jetstream.New(nc, jetstream.WithClientTrace(trace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One whole Ensure on another server, to count its requests.
+	whole := testenv.BareNATS(t)
+	var wholeSent atomic.Int64
+	wjs, _ := jetstream.New(testenv.Conn(t, whole.URL()), jetstream.WithClientTrace(&jetstream.ClientTrace{
+		RequestSent: func(string, []byte) { wholeSent.Add(1) }}))
+	ctx := testenv.Context(t, 30*time.Second)
+	if err := topology.Ensure(ctx, wjs, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+
+	e := topology.NewEnsurer(js, topology.Options{})
+	first, cancel := context.WithCancel(ctx)
+	cut.Store(&cancel)
+	if err := e.Ensure(first); err == nil {
+		t.Fatalf("an Ensure whose context ended after %d of its requests succeeded", sent.Load())
+	}
+	cancel()
+	atFailure := sent.Load()
+	if err := e.Ensure(ctx); err != nil {
+		t.Fatalf("the Ensure resumed: %v", err)
+	}
+	total := sent.Load()
+	if err := topology.Check(ctx, js); err != nil {
+		t.Fatalf("Check after the resumed Ensure: %v", err)
+	}
+	// The step that failed is redone (a few requests), the done ones not.
+	if total > wholeSent.Load()+10 {
+		t.Fatalf("cut off after %d requests and resumed: %d requests in all, a whole Ensure takes %d", atFailure, total, wholeSent.Load())
+	}
+	t.Logf("a whole Ensure: %d requests; cut off after %d and resumed: %d in all", wholeSent.Load(), atFailure, total)
 }
