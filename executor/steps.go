@@ -53,11 +53,13 @@ type jobSteps struct {
 }
 
 func newJobSteps(e *Executor, t task.Task, base task.Report, claimRev func() uint64, lost func()) *jobSteps {
-	s := &jobSteps{e: e, capability: t.Capability, base: base, claimRev: claimRev, lost: lost,
-		stored: make(map[string]task.Step, len(t.Steps)), running: map[string]bool{}}
-	for _, st := range t.Steps {
-		s.stored[st.Name] = st
-		s.inline += len(st.Result)
+	s := &jobSteps{e: e, capability: t.Capability, base: base, claimRev: claimRev, lost: lost}
+	if len(t.Steps) > 0 {
+		s.stored = make(map[string]task.Step, len(t.Steps))
+		for _, st := range t.Steps {
+			s.stored[st.Name] = st
+			s.inline += len(st.Result)
+		}
 	}
 	s.count = len(t.Steps)
 	return s
@@ -122,6 +124,9 @@ func (j *Job) Step(ctx context.Context, name string, fn func(ctx context.Context
 	case s.count+len(s.running) >= task.MaxSteps:
 		s.mu.Unlock()
 		return nil, Permanent(fmt.Errorf("step %q of %s: the task has %d steps and sleeps; the limit is %d", name, j.ID, s.count, task.MaxSteps))
+	}
+	if s.running == nil {
+		s.running = map[string]bool{}
 	}
 	s.running[name] = true
 	s.mu.Unlock()
@@ -194,6 +199,9 @@ func (s *jobSteps) store(ctx context.Context, name string, raw json.RawMessage) 
 		switch {
 		case err == nil && rep.Step != nil:
 			s.mu.Lock()
+			if s.stored == nil {
+				s.stored = map[string]task.Step{}
+			}
 			if _, had := s.stored[name]; !had {
 				s.stored[name] = *rep.Step
 				s.count++

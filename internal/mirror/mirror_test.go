@@ -2,10 +2,10 @@ package mirror
 
 import (
 	"context"
-	"fmt"
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
