@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ax-run/ax/executor"
@@ -30,6 +31,10 @@ type StepsParams struct {
 	// ("<task id> <step> <pid> <unix nanoseconds>"): a side effect outside
 	// AX, to count how often each fn ran.
 	Ledger string `json:"ledger,omitempty"`
+	// Pad, when set, adds a last step "pad" whose result is a string of
+	// that many bytes: over task.StepInlineLimit it is stored as an
+	// object.
+	Pad int `json:"pad,omitempty"`
 }
 
 func registerSteps(ex *executor.Executor) {
@@ -72,7 +77,15 @@ func registerSteps(ex *executor.Executor) {
 				}
 			}
 		}
-		return map[string]any{"steps": p.Steps, "sum": sum, "executor_attempt": j.Attempt}, nil
+		out := map[string]any{"steps": p.Steps, "sum": sum, "executor_attempt": j.Attempt}
+		if p.Pad > 0 {
+			pad, err := executor.Step(ctx, j, "pad", func(context.Context) (string, error) { return strings.Repeat("p", p.Pad), nil })
+			if err != nil {
+				return nil, err
+			}
+			out["pad"] = len(pad)
+		}
+		return out, nil
 	})
 }
 
