@@ -39,7 +39,7 @@ func securityAccount() permission.Account {
 	for i, u := range acct.Users {
 		switch u.Name {
 		case "executor-email":
-			acct.Users[i].Types = []string{demo.TypeNoop, demo.TypeSleep, demo.TypeSplit, demo.TypeGather}
+			acct.Users[i].Types = []string{demo.TypeNoop, demo.TypeSleep, demo.TypeSplit, demo.TypeGather, demo.TypeSteps}
 		case "executor-pdf":
 			acct.Users[i].Types = []string{demo.TypeFlaky, demo.TypeFail}
 		case "producer-email":
@@ -124,6 +124,15 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	want["email-gather"] = task.Succeeded
+	// Durable steps and a sleep under the executor's own rights: steps
+	// are stored through its report subject, a large one as an object in
+	// email's store.
+	steps, _ := task.New(demo.TypeSteps, demo.StepsParams{Steps: 3, Nap: "300ms", Pad: task.StepInlineLimit + 1})
+	steps.ID, steps.Capability = "email-steps", "email"
+	if _, err := prod.Submit(ctx, steps); err != nil {
+		t.Fatal(err)
+	}
+	want["email-steps"] = task.Succeeded
 	// A result over 16 KiB: an object in pdf's store, which email-gather
 	// (an email task) and the producer read.
 	submit("pdf-flaky", demo.TypeFlaky, "pdf", demo.Params{FailTimes: 1, Label: "flaked", Pad: task.InlineResultLimit}, nil)
@@ -146,6 +155,10 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	// The operator's cancel is recorded under the name its user may send as.
 	if got, err := prod.Get(ctx, "email-cancel-me"); err != nil || !strings.Contains(got.Reason, "(by operator)") {
 		t.Fatalf("email-cancel-me: reason %q, %v; want the caller recorded", got.Reason, err)
+	}
+	if got, err := prod.Get(ctx, "email-steps"); err != nil || len(got.Steps) != 5 || got.Attempt != 1 ||
+		got.Steps[4].Name != "pad" || got.Steps[4].ResultBucket != subject.ObjectBucket("email") || !strings.Contains(string(got.Result), fmt.Sprintf(`"pad":%d`, task.StepInlineLimit+1)) {
+		t.Fatalf("email-steps: %+v, %v; want 3 steps, a sleep and a stored object in attempt 1", got, err)
 	}
 	if res, err := prod.Result(ctx, "email-split"); err != nil || !strings.Contains(string(res), `"shards":5`) {
 		t.Fatalf("result of email-split: %s, %v", res, err)

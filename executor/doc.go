@@ -18,6 +18,19 @@
 // codec), a job's Payload arrives decoded: producers encrypt, the
 // orchestrator never sees it in clear.
 //
+// # Durable steps and sleeps
+//
+// Job.Step (and the typed Step) runs a piece of a handler once per task:
+// its result is stored in the task's record by the orchestrator before
+// Step returns it, and later attempts (a retry, a take-over after this
+// executor died, a re-drive, the run after a sleep) return the stored
+// result without running it. A step's fn runs at least once, and once
+// its result is stored it never runs again for that task; if the executor
+// dies between fn's return and the store's acknowledgement, fn runs again.
+// Job.Sleep returns a *SleepError for the handler to return: the attempt
+// ends without spending one, the executor's capacity is free, and the
+// handler runs again after the sleep, its stored steps skipped.
+//
 // # Outcomes
 //
 // A handler's error decides what happens next, found with errors.As (so
@@ -33,6 +46,8 @@
 //     after the delay, at most task.MaxSnoozes (100) times per attempt
 //     series.
 //   - Cancel (*CancelError): the task ends cancelled, with its dependents.
+//   - Job.Sleep's *SleepError: not a failure; the same attempt runs again
+//     after the sleep (see Durable steps and sleeps).
 //
 // # Lifecycle
 //

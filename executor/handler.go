@@ -49,6 +49,9 @@ type Job struct {
 	// progress records a progress report (Progress); nil for a Job not
 	// made by an executor.
 	progress func(percent float64, message string)
+	// steps stores and finds the task's durable steps (Step, Sleep); nil
+	// for a Job not made by an executor.
+	steps *jobSteps
 }
 
 // Handler runs jobs of one task type. The context carries the task's

@@ -109,10 +109,11 @@ func Cancel(err error) error {
 
 // setOutcome records a handler's error in its report. When several outcome
 // types are wrapped in one error, the first found in this order wins:
-// cancel, snooze, permanent, retry-after.
+// cancel, sleep, snooze, permanent, retry-after.
 func setOutcome(r *task.Report, herr error) {
 	var (
 		cancel *CancelError
+		sleep  *SleepError
 		snooze *SnoozeError
 		perm   *PermanentError
 		ra     *RetryAfterError
@@ -120,6 +121,10 @@ func setOutcome(r *task.Report, herr error) {
 	switch {
 	case errors.As(herr, &cancel):
 		r.Status, r.Error = task.OutcomeCancelled, task.TruncateError(cancel.Err.Error())
+	case errors.As(herr, &sleep):
+		r.Status, r.Step = task.OutcomeSleeping, sleep.Name
+		d := task.Duration(max(sleep.Delay, 0))
+		r.RetryAfter = &d
 	case errors.As(herr, &snooze):
 		r.Status = task.OutcomeSnoozed
 		d := task.Duration(max(snooze.Delay, 0))

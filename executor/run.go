@@ -33,6 +33,9 @@ type execution struct {
 	// unmarked: the orchestrator refused to mark it running (it is no
 	// longer this executor's); heartbeats stop asking.
 	unmarked atomic.Bool
+	// lost: the orchestrator refused a step because the attempt is no
+	// longer this executor's (taken over); its outcome is not reported.
+	lost atomic.Bool
 	// msg is the dispatch; handBack gives it back once.
 	msg      jetstream.Msg
 	handBack sync.Once
@@ -193,6 +196,9 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 		e.cancelRunning(s, t.ID, t.ExecutionID)
 	}
 
+	steps := newJobSteps(e, t, task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
+		Executor: e.cfg.ID, StartedAt: *t.StartedAt, DispatchRevision: d.Revision, Token: d.Token, Takeovers: t.Takeovers},
+		ex.claimRev.Load, func() { ex.lost.Store(true); cancel() })
 	stopBeat := e.heartbeat(ex, t, d, delivered)
 	var result any
 	var plan *task.PlanRef
@@ -202,7 +208,7 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 		// here; fail the attempt so backoff and the dead-letter queue apply.
 		herr = fmt.Errorf("its executor was lost %d times in a row while running it (a crash loop?); not run again", t.Takeovers)
 	} else {
-		result, plan, herr = e.call(hctx, t, d.Token, traceParentOf(msg, t))
+		result, plan, herr = e.call(hctx, t, d.Token, traceParentOf(msg, t), steps)
 	}
 	finished := e.cfg.Now().UTC()
 	// The lease is held until the report is published and acknowledged.
@@ -220,6 +226,11 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 		log().Info("task cancelled while running")
 		_ = msg.Ack()
 		return
+	case ex.lost.Load():
+		// Taken over: the dispatch's delivery, and the outcome, are the
+		// executor's that runs the attempt now.
+		log().Info("the attempt is no longer this executor's (a step was refused): outcome not reported")
+		return
 	}
 	if herr != nil && errors.Is(hctx.Err(), context.DeadlineExceeded) {
 		if t.ExpiresAt != nil && !finished.Before(*t.ExpiresAt) {
@@ -230,7 +241,8 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	}
 	r := task.Report{ID: t.ID, Type: t.Type, ExecutionID: t.ExecutionID, Attempt: t.Attempt,
 		Executor: e.cfg.ID, StartedAt: *t.StartedAt, FinishedAt: finished, Status: task.OutcomeSucceeded,
-		DispatchRevision: d.Revision, ClaimRevision: ex.claimRev.Load(), Token: d.Token}
+		DispatchRevision: d.Revision, ClaimRevision: ex.claimRev.Load(), Token: d.Token,
+		StepRevision: steps.stepRevision(), Takeovers: t.Takeovers}
 	if herr == nil {
 		r.Result, herr = encodeResult(result)
 		r.Plan = plan
@@ -312,7 +324,7 @@ func (e *Executor) askClaim(ctx context.Context, req task.ClaimRequest, capabili
 
 // call runs the handler (or a shardable task's planner or aggregator),
 // turning a panic into an error.
-func (e *Executor) call(ctx context.Context, t task.Task, token, traceParent string) (result any, plan *task.PlanRef, err error) {
+func (e *Executor) call(ctx context.Context, t task.Task, token, traceParent string, steps *jobSteps) (result any, plan *task.PlanRef, err error) {
 	h := e.handler(t.Type)
 	if h == nil {
 		return nil, nil, fmt.Errorf("no handler for task type %q on executor %s", t.Type, e.cfg.ID)
@@ -324,7 +336,7 @@ func (e *Executor) call(ctx context.Context, t task.Task, token, traceParent str
 	h = e.encodeShards(h)
 	job := &Job{ID: t.ID, Type: t.Type, Payload: payload, Priority: t.PriorityLevel(), Capability: t.Capability,
 		Attempt: t.Attempt, MaxRetries: t.RetryLimit(), ExecutionID: t.ExecutionID, EstimatedCost: t.EstimatedCost,
-		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex, TraceParent: traceParent}
+		Phase: t.Phase, Parent: t.Parent, ShardIndex: t.ShardIndex, TraceParent: traceParent, steps: steps}
 	if t.Shardable && job.Phase == "" {
 		job.Phase = task.PhasePlan
 	}

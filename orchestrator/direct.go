@@ -84,6 +84,16 @@ func (o *Orchestrator) answerDirect(ctx context.Context, r request) {
 	switch kind {
 	case "report":
 		stored := subject.StoredFromDirect(m.Subject)
+		if isStepReport(m.Data) {
+			rep := o.answerStep(rctx, subject.TypeFromCompleted(stored), m.Data)
+			outcome := "applied"
+			if rep.Error != "" {
+				outcome = "failed"
+			}
+			o.metrics.DirectAnswered(kind, outcome)
+			o.respondJSON(m, rep)
+			return
+		}
 		err = o.acceptReport(rctx, subject.TypeFromCompleted(stored), stored, m.Data)
 	case "graph", "submission":
 		err = o.tracedSubmit(rctx, directMsg{m, subject.StoredFromDirect(m.Subject)})

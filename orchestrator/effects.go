@@ -33,12 +33,18 @@ const maxCASRetries = 50
 // one message that records it and hands it to an executor; next's
 // DispatchRevision is then its revision.
 func (o *Orchestrator) write(ctx context.Context, cur task.Task, rev uint64, next *task.Task, reason string) (uint64, error) {
+	next.Reason = reason
+	return o.writeEvent(ctx, cur, rev, next, task.KindTransition, reason)
+}
+
+// writeEvent is write for an event of any kind; the record's reason is
+// next's own (a step, say, leaves the state and its reason as they are).
+func (o *Orchestrator) writeEvent(ctx context.Context, cur task.Task, rev uint64, next *task.Task, kind task.EventKind, reason string) (uint64, error) {
 	if !next.UpdatedAt.After(cur.UpdatedAt) {
 		next.UpdatedAt = o.now()
 	}
 	now := next.UpdatedAt
-	next.Reason = reason
-	ev := task.Event{Kind: task.KindTransition, From: cur.State, To: next.State, At: now, Actor: o.cfg.NodeID, Reason: reason, Task: *next}
+	ev := task.Event{Kind: kind, From: cur.State, To: next.State, At: now, Actor: o.cfg.NodeID, Reason: reason, Task: *next}
 	if rev == 0 {
 		ev.From = ""
 	}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,20 @@ func (o *Orchestrator) validToken(id, executionID, token string) bool {
 // applyReport moves a running task on by the outcome of its attempt (an
 // executor's report, or the reconciler's "lease expired").
 func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
-	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed && r.Status != task.OutcomeSnoozed && r.Status != task.OutcomeCancelled {
+	if r.Status == task.OutcomeStep {
+		// Stored (not sent as a request): its executor gave up waiting
+		// for it; store it all the same if its attempt still runs.
+		rep := o.storeStep(ctx, r)
+		if rep.Error != "" {
+			return errors.New(rep.Error)
+		}
+		if rep.Refused != "" {
+			o.log.Info("step not stored: "+rep.Refused, slog.String("task_id", r.ID), slog.String("step", r.Step))
+		}
+		return nil
+	}
+	if r.Status != task.OutcomeSucceeded && r.Status != task.OutcomeFailed && r.Status != task.OutcomeSnoozed &&
+		r.Status != task.OutcomeCancelled && r.Status != task.OutcomeSleeping {
 		o.log.Warn("dropping report with unknown status", slog.String("task_id", r.ID), slog.String("status", string(r.Status)))
 		return nil
 	}
@@ -103,7 +117,9 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 			o.log.Warn(d.Warning, slog.String("task_id", t.ID), slog.String("execution_id", r.ExecutionID), slog.String("executor", r.Executor))
 		}
 		next, reason := d.Next, d.Reason
-		if next.State == task.Retrying {
+		if next.State == task.Retrying && r.Status != task.OutcomeSleeping {
+			// A sleep ends on time: the retry budget holds back retries,
+			// and a sleep is none.
 			at, err := o.allocateRetry(ctx, t.Type, retryHolder(t), *next.RetryAt)
 			if err != nil {
 				return err
@@ -129,8 +145,77 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 
 func (o *Orchestrator) dispatchedFromCache(r task.Report) (task.Task, uint64, bool) {
 	d, ok := o.dispatchCache.take(r.ID)
-	if !ok || r.DispatchRevision == 0 || r.ClaimRevision != 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
+	if !ok || r.DispatchRevision == 0 || r.ClaimRevision != 0 || r.StepRevision != 0 || d.revision != r.DispatchRevision || d.task.ExecutionID != r.ExecutionID {
 		return task.Task{}, 0, false
 	}
 	return d.task, d.revision, true
+}
+
+// storeStep stores a step of a running attempt in its task's record (a
+// compare-and-set, its own event of kind step) if the attempt is still
+// the task's current one on the reporting executor (lifecycle.Step), and
+// answers with the step as the record holds it.
+func (o *Orchestrator) storeStep(ctx context.Context, r task.Report) task.StepReply {
+	for range maxCASRetries {
+		t, rev, err := o.store.Get(ctx, r.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return task.StepReply{Refused: "task " + r.ID + " not found", Lost: true}
+		}
+		if err != nil {
+			return task.StepReply{Error: err.Error()}
+		}
+		d := lifecycle.Step(&t, rev, &r, o.env())
+		switch d.Verdict {
+		case lifecycle.Stale:
+			return task.StepReply{Error: d.Err.Error()}
+		case lifecycle.Refuse:
+			return task.StepReply{Refused: d.Err.Error(), Lost: d.Lost}
+		case lifecycle.Ignore:
+			return task.StepReply{Step: &d.Step, Revision: rev}
+		}
+		newRev, err := o.writeEvent(ctx, t, rev, &d.Next, task.KindStep, d.Reason)
+		if err == nil {
+			return task.StepReply{Step: &d.Step, Revision: newRev}
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			return task.StepReply{Error: err.Error()}
+		}
+	}
+	return task.StepReply{Error: fmt.Sprintf("store step of %s: too many concurrent changes", r.ID)}
+}
+
+// isStepReport reports whether a report's body is a step's (status
+// "step"): one answered with a task.StepReply. Most reports are not, and
+// are told apart without decoding them twice.
+func isStepReport(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"step"`)) {
+		return false
+	}
+	var r struct {
+		Status task.Outcome `json:"status"`
+	}
+	return wirejson.Unmarshal(data, &r) == nil && r.Status == task.OutcomeStep
+}
+
+// answerStep decodes and checks a step's report received as a direct
+// request on a subject of taskType, stores the step and answers what the
+// executor needs to know: stored (the step as stored), refused, or not
+// decided (ask again).
+func (o *Orchestrator) answerStep(ctx context.Context, taskType string, data []byte) task.StepReply {
+	var r task.Report
+	switch err := wirejson.Unmarshal(data, &r); {
+	case err != nil || r.ID == "" || r.ExecutionID == "":
+		return task.StepReply{Refused: fmt.Sprintf("malformed step report (id and execution_id are required): %v", err)}
+	case r.Type != taskType:
+		return task.StepReply{Refused: fmt.Sprintf("the step names type %q, not its subject's %q", r.Type, taskType)}
+	case !o.validToken(r.ID, r.ExecutionID, r.Token):
+		o.log.Warn("refusing a step without its execution's token (only the executor dispatched the execution may store its steps)",
+			slog.String("task_id", r.ID), slog.String("execution_id", r.ExecutionID), slog.String("executor", r.Executor))
+		return task.StepReply{Refused: "the step has no valid execution token"}
+	}
+	rep := o.storeStep(ctx, r)
+	if rep.Refused != "" {
+		o.log.Info("step refused: "+rep.Refused, slog.String("task_id", r.ID), slog.String("step", r.Step), slog.String("executor", r.Executor))
+	}
+	return rep
 }

@@ -16,7 +16,7 @@ func TestContractDocumentsEveryField(t *testing.T) {
 	}
 	types := []any{Spec{}, Task{}, Event{}, Dispatch{}, Report{}, AttemptError{}, DeadLetter{}, Rejection{},
 		Graph{}, Schedule{}, Pause{}, AuditEvent{}, CommandRequest{}, CommandReply{}, StateReply{},
-		ShardSpec{}, Plan{}, PlanRef{}, Sharding{}, ShardSummary{}, MemberOutcome{}, Lease{}}
+		ShardSpec{}, Plan{}, PlanRef{}, Sharding{}, ShardSummary{}, MemberOutcome{}, Lease{}, Step{}, StepReply{}}
 	for _, v := range types {
 		var walk func(rt reflect.Type)
 		walk = func(rt reflect.Type) {

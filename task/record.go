@@ -89,6 +89,11 @@ type Task struct {
 	// then the attempt before the snoozed one, which runs again under its
 	// own number.
 	Snoozed bool `json:"snoozed,omitempty"`
+	// Steps are the durable steps its handler stored (executor.Job.Step)
+	// and its durable sleeps (executor.Job.Sleep), in the order stored.
+	// They outlive attempts and re-drives: a later attempt returns a
+	// stored step's result instead of running it.
+	Steps []Step `json:"steps,omitempty"`
 
 	// Phase is a shardable task's step: plan, shards or aggregate.
 	Phase string `json:"phase,omitempty"`
@@ -288,6 +293,17 @@ type Report struct {
 	Plan *PlanRef `json:"plan,omitempty"`
 	// Token is the execution's dispatch token (Dispatch.Token).
 	Token string `json:"token,omitempty"`
+	// Step names the step to store (status OutcomeStep, its result in
+	// Result or ResultObject) or the sleep to begin (OutcomeSleeping).
+	Step string `json:"step,omitempty"`
+	// Takeovers is the record's takeovers as the attempt's executor holds
+	// it (its dispatch's, or its claim's): a step is stored only for the
+	// executor running the attempt now, and one taken over since is
+	// refused.
+	Takeovers int `json:"takeovers,omitempty"`
+	// StepRevision is the task's revision after this attempt's last step
+	// was stored (0 if none): a read older than it is stale.
+	StepRevision uint64 `json:"step_revision,omitempty"`
 }
 
 // DeadLetter is the entry on ax.dlq.<id> for a task that failed for good.

@@ -213,6 +213,7 @@ func statusCmd(g *globals) *cobra.Command {
 				printShards(g, shards)
 			}
 			printInputs(g, ins, insErr)
+			printSteps(g, t)
 			fmt.Fprintln(g.stdout, "\nHistory:")
 			w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "REV\tAT\tFROM\tTO\tACTOR\tREASON")
@@ -310,6 +311,35 @@ func printInputs(g *globals, ins []task.Input, err error) {
 			res = "object " + in.ResultObject + " in " + object.Bucket(in.ResultBucket)
 		}
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", in.ID, in.State, res, in.Reason)
+	}
+	_ = w.Flush()
+}
+
+// printSteps lists a task's durable steps and sleeps (executor.Job.Step,
+// Job.Sleep) in the order they were stored.
+func printSteps(g *globals, t *task.Task) {
+	if len(t.Steps) == 0 {
+		return
+	}
+	fmt.Fprintf(g.stdout, "\nSteps (%d of at most %d):\n", len(t.Steps), task.MaxSteps)
+	w := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  STEP\tATTEMPT\tSTORED\tEXECUTOR\tRESULT")
+	for _, st := range t.Steps {
+		res := string(st.Result)
+		if len(res) > inputResultWidth {
+			cut := inputResultWidth
+			for cut > 0 && !utf8.RuneStart(res[cut]) {
+				cut--
+			}
+			res = res[:cut] + fmt.Sprintf("… (%d bytes)", len(st.Result))
+		}
+		switch {
+		case st.IsSleep() && st.SleepUntil != nil:
+			res = "sleep until " + st.SleepUntil.Format(time.RFC3339Nano)
+		case st.ResultObject != "":
+			res = "object " + st.ResultObject + " in " + object.Bucket(st.ResultBucket)
+		}
+		fmt.Fprintf(w, "  %s\t%d\t%s\t%s\t%s\n", st.Name, st.Attempt, st.At.Format(time.RFC3339Nano), st.Executor, res)
 	}
 	_ = w.Flush()
 }

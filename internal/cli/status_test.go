@@ -96,3 +96,33 @@ func TestStatusShowsInputs(t *testing.T) {
 		}
 	}
 }
+
+// `ax status <id>` lists a task's durable steps and sleeps, and its
+// history their events.
+func TestStatusShowsSteps(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	demo.Register(ex)
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	ctx := testenv.Context(t, time.Minute)
+	s, _ := task.New(demo.TypeSteps, demo.StepsParams{Steps: 2, Nap: "100ms", NapAfter: 1})
+	s.ID = "stepper"
+	if _, err := c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "stepper"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"status", "stepper", "--nats", srv.URL()}, &out, &errOut); code != 0 {
+		t.Fatalf("ax status exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"Steps (3 of at most 100):", "step-1      1", "ax:sleep:1  1", "sleep until ", "step-2      1", `step "step-1" stored by`, "attempt 1 sleeping for 100ms", "ax:sleep:1 over; attempt 1 runs again"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, out.String())
+		}
+	}
+}

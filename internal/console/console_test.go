@@ -704,6 +704,18 @@ func TestConsoleWithoutMySQL(t *testing.T) {
 	b.mustGet("/tasks?error=gateway", f.failing)
 	b.mustGet("/task/"+f.sharded, `id="shards"`, "4 planned")
 	b.mustGet("/tasks?prefix="+f.sharded+"/shard/", task.ShardID(f.sharded, 3))
+
+	// A task's durable steps and sleeps.
+	ctx := testenv.Context(t, time.Minute)
+	s, _ := task.New(demo.TypeSteps, demo.StepsParams{Steps: 2, Nap: "50ms", NapAfter: 1})
+	s.ID = "stepper"
+	if _, err := f.c.Submit(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.c.Wait(ctx, s.ID); err != nil || got.State != task.Succeeded {
+		t.Fatalf("stepper: %+v, %v", got, err)
+	}
+	b.mustGet("/task/stepper", `id="steps"`, "<code>step-1</code>", "<code>ax:sleep:1</code>", "sleep until", "<code>step-2</code>", "<code>4</code>")
 }
 
 func TestConsoleRequireLoginAndTokens(t *testing.T) {

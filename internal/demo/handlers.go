@@ -81,6 +81,7 @@ type splitPart struct {
 // Register installs the demo handlers on an executor.
 func Register(ex *executor.Executor) {
 	ex.HandleFunc(TypeNoop, func(context.Context, *executor.Job) (any, error) { return nil, nil })
+	registerSteps(ex)
 	ex.HandleFunc(TypeSleep, func(ctx context.Context, j *executor.Job) (any, error) {
 		p, err := params(j)
 		if err != nil {

@@ -119,9 +119,9 @@ func finish(t *task.Task, state task.State, now time.Time) {
 // subject) does to the task's record t read at rev.
 func Report(t *task.Task, rev uint64, r *task.Report, env *Env) Decision {
 	switch {
-	case rev < max(r.DispatchRevision, r.ClaimRevision):
+	case rev < max(r.DispatchRevision, r.ClaimRevision, r.StepRevision):
 		return Decision{Verdict: Stale, Err: fmt.Errorf("report of %s: read revision %d, older than its attempt's at %d (a stale read); trying again",
-			r.ID, rev, max(r.DispatchRevision, r.ClaimRevision))}
+			r.ID, rev, max(r.DispatchRevision, r.ClaimRevision, r.StepRevision))}
 	case t.ExecutionID != r.ExecutionID:
 		return Decision{Verdict: Ignore, Reason: "the result of a superseded attempt"}
 	case r.Type != t.Type:
@@ -198,6 +198,12 @@ func (d *Decision) apply(r *task.Report, o reported, env *Env) {
 		finish(t, task.Cancelled, now)
 		d.applied(reason)
 		return
+	case task.OutcomeSleeping:
+		why, ok := d.sleep(r, env)
+		if ok {
+			return
+		}
+		o.status, o.permanent, o.err = task.OutcomeFailed, true, why
 	case task.OutcomeSnoozed:
 		if t.Snoozes < task.MaxSnoozes {
 			var delay time.Duration
@@ -335,6 +341,9 @@ func RetryDue(t *task.Task, attempt int, env *Env) (d Decision) {
 	ready(&d.Next, t.Attempt+1, env.Now, env.NewExecutionID())
 	if t.Snoozed {
 		d.Next.Snoozed = false
+		if n := len(t.Steps); n > 0 && t.Steps[n-1].IsSleep() && t.RetryAt != nil && t.Steps[n-1].SleepUntil != nil && t.Steps[n-1].SleepUntil.Equal(*t.RetryAt) {
+			return d.applied(fmt.Sprintf("%s over; attempt %d runs again", t.Steps[n-1].Name, d.Next.Attempt))
+		}
 		return d.applied(fmt.Sprintf("snooze %d over; attempt %d runs again", t.Snoozes, d.Next.Attempt))
 	}
 	return d.applied(fmt.Sprintf("retry %d of %d", attempt, t.RetryLimit()))

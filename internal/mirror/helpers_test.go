@@ -136,6 +136,7 @@ type workloadIDs struct {
 	neverStarted string // re-dispatched, then failed: no executor serves it
 	expired      string // its ttl passed while it ran
 	sharded      string // a demo.split job: planner, 4 shards (2 at a time), aggregator
+	steps        string // a demo.steps task: 3 steps, a durable sleep after the first
 }
 
 // workloadShards is the number of shards of the workload's sharded job.
@@ -202,6 +203,11 @@ func runWorkload(t *testing.T, ctx context.Context, c *sdk.Client, scale int) wo
 	// ttl leaves a loaded executor, behind the workload, time to start it
 	// and have it marked running at its first heartbeat, AckWait/3, before
 	// it expires).
+	w.steps, err = c.Submit(ctx, task.Spec{Type: demo.TypeSteps, Payload: json.RawMessage(`{"steps":3,"nap":"200ms","nap_after":1}`), Priority: new(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.all = append(w.all, w.steps)
 	extra := []task.Spec{
 		{Type: demo.TypeNoop, Priority: new(2), Delay: task.Duration(100 * time.Millisecond)},
 		{Type: demo.TypeNoop, Priority: new(2), Capability: "nobody", DispatchTimeout: task.Duration(50 * time.Millisecond), MaxDispatches: 2},
@@ -499,6 +505,7 @@ func dump(t *testing.T, ctx context.Context, db *sql.DB) string {
 		"SELECT * FROM ax_events ORDER BY seq",
 		"SELECT * FROM ax_tasks ORDER BY id",
 		"SELECT * FROM ax_attempts ORDER BY execution_id",
+		"SELECT * FROM ax_steps ORDER BY task_id, name",
 	} {
 		rows, err := db.QueryContext(ctx, q)
 		if err != nil {

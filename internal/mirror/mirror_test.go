@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,28 @@ func TestMirrorWorkload(t *testing.T) {
 		var state, reason, lastErr string
 		if got := attemptsOf(t, ctx, db, w.redriven); !slices.Equal(got, []string{"1:failed", "2:failed", "1:failed", "2:failed"}) {
 			t.Fatalf("re-driven attempts %v", got)
+		}
+		// Durable steps and the sleep, and the attempt the sleep ended.
+		if got := attemptsOf(t, ctx, db, w.steps); !slices.Equal(got, []string{"1:sleeping", "1:succeeded"}) {
+			t.Fatalf("steps task attempts %v", got)
+		}
+		var stepRows []string
+		srs, err := db.QueryContext(ctx, "SELECT name, kind, attempt, COALESCE(CAST(result AS CHAR), ''), sleep_until IS NOT NULL FROM ax_steps WHERE task_id = ? ORDER BY stored_at, name", w.steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for srs.Next() {
+			var name, kind, result string
+			var attempt int
+			var until bool
+			if err := srs.Scan(&name, &kind, &attempt, &result, &until); err != nil {
+				t.Fatal(err)
+			}
+			stepRows = append(stepRows, fmt.Sprintf("%s %s %d %s %v", name, kind, attempt, result, until))
+		}
+		srs.Close()
+		if want := []string{"step-1 step 1 1 false", "ax:sleep:1 sleep 1  true", "step-2 step 1 4 false", "step-3 step 1 9 false"}; !slices.Equal(stepRows, want) {
+			t.Fatalf("ax_steps of %s: %q, want %q", w.steps, stepRows, want)
 		}
 		if got := attemptsOf(t, ctx, db, w.cancelled); !slices.Equal(got, []string{"1:cancelled"}) {
 			t.Fatalf("cancelled attempts %v", got)

@@ -12,6 +12,7 @@ type PruneResult struct {
 	Events   int64 `json:"events"`
 	Attempts int64 `json:"attempts"`
 	Tasks    int64 `json:"tasks"`
+	Steps    int64 `json:"steps"`
 	// Statements is the number of DELETE statements run (each bounded).
 	Statements int `json:"statements"`
 }
@@ -26,6 +27,7 @@ var pruneStatements = []struct {
 	{"ax_events", "DELETE FROM ax_events WHERE at < ? ORDER BY at LIMIT ?"},
 	{"ax_attempts", "DELETE FROM ax_attempts WHERE finished_at < ? ORDER BY finished_at LIMIT ?"},
 	{"ax_tasks", "DELETE FROM ax_tasks WHERE updated_at < ? AND state IN ('succeeded','failed','cancelled','expired') ORDER BY updated_at LIMIT ?"},
+	{"ax_steps", "DELETE FROM ax_steps WHERE stored_at < ? ORDER BY stored_at LIMIT ?"},
 }
 
 // Prune deletes the rows older than before, at most batch rows per
@@ -55,6 +57,8 @@ func Prune(ctx context.Context, db *sql.DB, before time.Time, batch int) (PruneR
 				res.Attempts += n
 			case "ax_tasks":
 				res.Tasks += n
+			case "ax_steps":
+				res.Steps += n
 			}
 			if n < int64(batch) {
 				break

@@ -26,6 +26,9 @@ const (
 	OutcomeExpired   = "expired"
 	// OutcomeSnoozed: the handler snoozed; the attempt runs again.
 	OutcomeSnoozed = "snoozed"
+	// OutcomeSleeping: the handler began a durable sleep; the attempt
+	// runs again after it.
+	OutcomeSleeping = "sleeping"
 )
 
 // record is one AX_TASKS message: its stream sequence, the task id from its
@@ -114,6 +117,57 @@ type batch struct {
 	tasks    []taskRow
 	attempts []attemptRow
 	edges    []edgeRow
+	steps    []stepRow
+}
+
+// stepRow is an ax_steps row: a durable step or sleep a task stored.
+type stepRow struct {
+	TaskID       string
+	Name         string
+	Kind         string // step or sleep
+	Attempt      int
+	ExecutionID  string
+	Executor     string // "" → NULL
+	StoredAt     time.Time
+	SleepUntil   *time.Time
+	Result       string // JSON; "" → NULL
+	ResultObject string // "" → NULL
+	ResultBucket string // "" → NULL
+	ResultDigest string // "" → NULL
+	Seq          uint64
+}
+
+// stepRowOf maps an event that stored a step (kind step) or began a sleep
+// (to retrying, the sleep its record's last step) to the step's row.
+func stepRowOf(r record) (stepRow, bool) {
+	ev := r.Event
+	t := ev.Task
+	n := len(t.Steps)
+	if n == 0 {
+		return stepRow{}, false
+	}
+	st := t.Steps[n-1]
+	switch {
+	case ev.Kind == task.KindStep:
+	case ev.Kind == task.KindTransition && ev.To == task.Retrying && t.Snoozed && st.IsSleep():
+	default:
+		return stepRow{}, false
+	}
+	row := stepRow{TaskID: r.TaskID, Name: st.Name, Kind: "step", Attempt: st.Attempt, ExecutionID: st.ExecutionID,
+		Executor: clipRunes(st.Executor, maxNameRunes), StoredAt: utc(st.At), SleepUntil: utcPtr(st.SleepUntil),
+		Result: string(st.Result), ResultObject: st.ResultObject, ResultBucket: st.ResultBucket, ResultDigest: st.ResultDigest, Seq: r.Seq}
+	if st.IsSleep() {
+		row.Kind = "sleep"
+	}
+	return row, true
+}
+
+// sleeping reports whether a retrying record is a durable sleep: its last
+// step is a sleep ending when it is to be retried.
+func sleeping(t *task.Task) bool {
+	n := len(t.Steps)
+	return t.Snoozed && n > 0 && t.Steps[n-1].IsSleep() && t.RetryAt != nil && t.Steps[n-1].SleepUntil != nil &&
+		t.Steps[n-1].SleepUntil.Equal(*t.RetryAt)
 }
 
 // edgeRow is an ax_edges row: dependent lists upstream in its depends_on.
@@ -259,6 +313,9 @@ func attemptRowOf(r record) (attemptRow, bool) {
 			if t.Snoozed {
 				// The record holds the attempt before the snoozed one.
 				row.Outcome, row.Attempt = OutcomeSnoozed, t.Attempt+1
+				if sleeping(&t) {
+					row.Outcome = OutcomeSleeping
+				}
 				break
 			}
 			fallthrough
@@ -305,6 +362,9 @@ func buildBatch(recs []record) batch {
 		if a, ok := attemptRowOf(r); ok {
 			b.attempts = append(b.attempts, a)
 		}
+		if st, ok := stepRowOf(r); ok {
+			b.steps = append(b.steps, st)
+		}
 		if r.Event.Kind == task.KindTransition && r.Event.From == "" {
 			// The creation event: its edges, once.
 			for _, up := range r.Event.Task.DependsOn {
@@ -317,6 +377,12 @@ func buildBatch(recs []record) batch {
 			return b.edges[i].Upstream < b.edges[j].Upstream
 		}
 		return b.edges[i].Dependent < b.edges[j].Dependent
+	})
+	sort.SliceStable(b.steps, func(i, j int) bool {
+		if b.steps[i].TaskID != b.steps[j].TaskID {
+			return b.steps[i].TaskID < b.steps[j].TaskID
+		}
+		return b.steps[i].Name < b.steps[j].Name
 	})
 	b.events = dedupEvents(b.events)
 	sort.Slice(b.tasks, func(i, j int) bool { return b.tasks[i].ID < b.tasks[j].ID })

@@ -75,6 +75,16 @@ ON DUPLICATE KEY UPDATE
 // insertEdges writes dependency edges once.
 const insertEdges = `INSERT IGNORE INTO ax_edges (upstream_id, dependent_id) VALUES %s`
 
+// upsertSteps writes a step once; a sleep begun again (a later event)
+// moves its end.
+const upsertSteps = `INSERT INTO ax_steps
+  (task_id, name, kind, attempt, execution_id, executor, stored_at, sleep_until, result, result_object,
+   result_bucket, result_digest, seq)
+VALUES %s
+ON DUPLICATE KEY UPDATE
+  sleep_until = IF(VALUES(seq) > seq, VALUES(sleep_until), sleep_until),
+  seq         = GREATEST(seq, VALUES(seq))`
+
 // writeBatch writes b in one transaction. It is idempotent: writing the same
 // events again, or older ones after newer, changes nothing. mid, if not nil,
 // runs inside the transaction after the events are inserted (tests use it
@@ -119,6 +129,13 @@ func writeBatch(ctx context.Context, db *sql.DB, b batch, mid func() error) erro
 		return append(args, b.edges[i].Upstream, b.edges[i].Dependent)
 	}); err != nil {
 		return fmt.Errorf("insert edges: %w", err)
+	}
+	if err := execChunks(ctx, tx, upsertSteps, 13, len(b.steps), func(i int, args []any) []any {
+		r := b.steps[i]
+		return append(args, r.TaskID, r.Name, r.Kind, r.Attempt, r.ExecutionID, null(r.Executor), r.StoredAt,
+			nullTime(r.SleepUntil), null(r.Result), null(r.ResultObject), null(r.ResultBucket), null(r.ResultDigest), r.Seq)
+	}); err != nil {
+		return fmt.Errorf("upsert steps: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit batch: %w", err)
