@@ -107,19 +107,24 @@ func adapters(t *testing.T) []adapter {
 	}
 	var out []adapter
 	for _, n := range names {
-		switch strings.TrimSpace(n) {
-		case "go":
-			out = append(out, adapter{name: "go", executor: []string{bins.goexec, "executor"}, producer: []string{bins.goexec, "producer"}})
-		case "ts":
-			js := buildTS(t)
-			// AX_CONFORMANCE_NODE_ARGS: extra node flags (--cpu-prof, say).
-			node := append([]string{"node"}, strings.Fields(os.Getenv("AX_CONFORMANCE_NODE_ARGS"))...)
-			out = append(out, adapter{name: "ts", executor: append(slices.Clone(node), js, "executor"), producer: append(slices.Clone(node), js, "producer")})
-		default:
-			t.Fatalf("unknown adapter %q in AX_CONFORMANCE_ADAPTERS", n)
-		}
+		out = append(out, newAdapter(t, strings.TrimSpace(n)))
 	}
 	return out
+}
+
+// newAdapter returns the adapter called name (building sdk-ts for "ts").
+func newAdapter(t *testing.T, name string) adapter {
+	switch name {
+	case "go":
+		return adapter{name: "go", executor: []string{bins.goexec, "executor"}, producer: []string{bins.goexec, "producer"}}
+	case "ts":
+		js := buildTS(t)
+		// AX_CONFORMANCE_NODE_ARGS: extra node flags (--cpu-prof, say).
+		node := append([]string{"node"}, strings.Fields(os.Getenv("AX_CONFORMANCE_NODE_ARGS"))...)
+		return adapter{name: "ts", executor: append(slices.Clone(node), js, "executor"), producer: append(slices.Clone(node), js, "producer")}
+	}
+	t.Fatalf("unknown adapter %q in AX_CONFORMANCE_ADAPTERS", name)
+	return adapter{}
 }
 
 // buildTS builds sdk-ts (npm ci first when it has no node_modules) and
@@ -162,6 +167,7 @@ type env struct {
 	client *sdk.Client
 	events *events
 	procs  []*proc
+	orch   *proc // the orchestrator running now
 }
 
 // authPassword is every user's password in an auth env.
@@ -220,9 +226,7 @@ func startEnv(t *testing.T, auth bool) *env {
 	if out, err := exec.CommandContext(ctx, bins.ax, topo...).CombinedOutput(); err != nil {
 		t.Fatalf("ax topology: %v\n%s", err, out)
 	}
-	orch, _, _ := startProc(t, e.dir, "orchestrator", append([]string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
-		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, e.userArgs("orchestrator")...), nil, false)
-	e.procs = append(e.procs, orch)
+	e.startOrchestrator("orchestrator")
 
 	opts := []nats.Option{nats.Name("conformance"), nats.MaxReconnects(-1)}
 	if auth {
@@ -245,6 +249,21 @@ func startEnv(t *testing.T, auth bool) *env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// startOrchestrator starts the env's orchestrator (logging to name.log).
+func (e *env) startOrchestrator(name string) {
+	orch, _, _ := startProc(e.t, e.dir, name, append([]string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
+		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, e.userArgs("orchestrator")...), nil, false)
+	e.procs = append(e.procs, orch)
+	e.orch = orch
+}
+
+// restartOrchestrator kills the orchestrator with SIGKILL and starts
+// another one (the same node id) in its place, logging to name.log.
+func (e *env) restartOrchestrator(name string) {
+	e.orch.kill9(e.t)
+	e.startOrchestrator(name)
 }
 
 // writeAccounts writes the auth env's server configuration: AX's account
@@ -308,7 +327,7 @@ func (e *env) cleanup() {
 	// stop is not this suite's subject (e2e's), so an unclean exit after
 	// SIGTERM is only logged.
 	for _, p := range e.procs {
-		if !p.alive() {
+		if !p.alive() && !p.killed {
 			e.t.Errorf("%s died during the test: %v", p.name, p.err)
 		}
 	}
