@@ -7,6 +7,7 @@ import {
   NotFoundError,
   PermanentError,
   RejectedError,
+  WaitTimeoutError,
   type AttemptMetrics,
 } from "../src/index.js";
 import { Kvm } from "@nats-io/kv";
@@ -130,6 +131,45 @@ test("a graph: a dependent reads its upstreams' results", async () => {
   const t = await client.wait(ids[2] as string, { timeoutMs: 20_000 });
   assert.equal(t.state, "succeeded");
   assert.equal(t.result, 9);
+});
+
+test("wait watches the task's history: one read, then its events, not polling", async () => {
+  const id = await client.submit({ type: "report.progress", capability: "ts-test" });
+  const spied = client as unknown as { lastMessage: (id: string) => Promise<unknown> };
+  const read = spied.lastMessage.bind(client);
+  let reads = 0;
+  spied.lastMessage = (i: string) => {
+    reads++;
+    return read(i);
+  };
+  try {
+    const waited = client.wait<string>(id, { timeoutMs: 20_000 });
+    for (let i = 0; i < 400 && !release.has(id); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(release.has(id), "the handler started");
+    // Long enough for a poll to have read the record several times.
+    await new Promise((r) => setTimeout(r, 1500));
+    release.get(id)?.();
+    const t = await waited;
+    assert.equal(t.state, "succeeded");
+    assert.equal(t.result, "done");
+    assert.equal(reads, 1);
+  } finally {
+    spied.lastMessage = read;
+  }
+});
+
+test("wait for a task submitted after the wait began; wait's timeout", async () => {
+  const id = `later-${Date.now()}`;
+  const waited = client.wait<{ total: number }>(id, { timeoutMs: 20_000 });
+  await new Promise((r) => setTimeout(r, 300));
+  await client.submit<Order>({ id, type: "order.price", capability: "ts-test", payload: { sku: "l", qty: 2 } });
+  assert.deepEqual((await waited).result, { total: 6 });
+
+  const blocked = await client.submit({ type: "report.progress", capability: "ts-test" });
+  await assert.rejects(client.wait(blocked, { timeoutMs: 1500 }), WaitTimeoutError);
+  for (let i = 0; i < 400 && !release.has(blocked); i++) await new Promise((r) => setTimeout(r, 20));
+  release.get(blocked)?.();
+  assert.equal((await client.wait(blocked, { timeoutMs: 20_000 })).state, "succeeded");
 });
 
 test("a submission the orchestrator refuses is a RejectedError", async () => {
