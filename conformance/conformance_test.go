@@ -13,8 +13,10 @@ package conformance
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,6 +25,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,9 +47,18 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	if !testingShort() {
 		// A stable directory: go build skips the link of a binary that is
-		// up to date. NATS_SERVER_BIN and AX_BIN, when set, are used as
-		// they are (scripts/test builds them once for npm test and here).
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("ax-conformance-bin-%d", os.Getuid()))
+		// up to date. One per checkout: suites of other checkouts (other
+		// worktrees of the repository) running at the same time would
+		// otherwise replace these binaries with their own under running
+		// tests. NATS_SERVER_BIN and AX_BIN, when set, are used as they
+		// are (scripts/test builds them once for npm test and here).
+		root, err := filepath.Abs("..")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			return 1
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("ax-conformance-bin-%d-%x", os.Getuid(), sum[:8]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "conformance:", err)
 			return 1
@@ -127,30 +139,44 @@ func newAdapter(t *testing.T, name string) adapter {
 	return adapter{}
 }
 
-// buildTS builds sdk-ts (npm ci first when it has no node_modules) and
-// returns the TypeScript adapter's script.
+// buildTS builds sdk-ts (npm ci first when it has no node_modules) once
+// per run of the suite and returns the TypeScript adapter's script.
 func buildTS(t *testing.T) string {
 	t.Helper()
+	tsBuild.once.Do(func() { tsBuild.script, tsBuild.err = buildTSOnce() })
+	if tsBuild.err != nil {
+		t.Fatal(tsBuild.err)
+	}
+	return tsBuild.script
+}
+
+var tsBuild struct {
+	once   sync.Once
+	script string
+	err    error
+}
+
+func buildTSOnce() (string, error) {
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatalf("the TypeScript adapter needs node (scripts/ensure-node installs Debian's), or set AX_CONFORMANCE_ADAPTERS=go")
+		return "", errors.New("the TypeScript adapter needs node (scripts/ensure-node installs Debian's), or set AX_CONFORMANCE_ADAPTERS=go")
 	}
 	dir, err := filepath.Abs("../sdk-ts")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in sdk-ts: %v\n%s", err, out)
+			return "", fmt.Errorf("npm ci in sdk-ts: %v\n%s", err, out)
 		}
 	}
 	cmd := exec.Command("npm", "run", "--silent", "build")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm run build in sdk-ts: %v\n%s", err, out)
+		return "", fmt.Errorf("npm run build in sdk-ts: %v\n%s", err, out)
 	}
-	return filepath.Join(dir, "dist", "conformance", "adapter.js")
+	return filepath.Join(dir, "dist", "conformance", "adapter.js"), nil
 }
 
 // env is one AX deployment: a nats-server and an orchestrator, shared by
