@@ -1,5 +1,6 @@
 package executor
 
-// SetStallAfterPull stalls e's pulling goroutine with f after each message
-// it pulls, before the message starts; set before Start.
-func SetStallAfterPull(e *Executor, f func()) { e.stallAfterPull = f }
+// SetStall stalls e's runs of dispatches with f, at "pulled" (before the
+// claim) and "claimed" (after it, before the handler starts); set before
+// Start.
+func SetStall(e *Executor, f func(at string)) { e.stall = f }

@@ -235,9 +235,6 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (
 	k := 0
 	for msg := range batch.Messages() {
 		k++
-		if p.e.stallAfterPull != nil {
-			p.e.stallAfterPull()
-		}
 		p.e.start(p.s, msg, pulled)
 	}
 	if err := batch.Error(); err != nil && ctx.Err() == nil {

@@ -133,7 +133,8 @@ func decodeDispatch(msg jetstream.Msg) (d task.Dispatch, dispatcher string, err 
 // asking anyone, and a claim of the redelivery finds no lease yet). It is
 // neither run nor answered (an acknowledgement or a hand-back would act on
 // the newer delivery): if it is still the current delivery, it comes again
-// after the ack wait, as a redelivery that is claimed first. Pulls wait at
+// after the ack wait, as a redelivery that is claimed first. Checked again
+// once claimed, just before the handler starts. Pulls wait at
 // most bellWait, so a dispatch that did not wait is never taken for one.
 func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispatcher string, free func(), pulled time.Time) {
 	ctx := context.Background()
@@ -151,9 +152,19 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 		_ = msg.Ack()
 		return
 	}
-	if held := time.Since(pulled); held >= e.cfg.AckWait/2 {
+	heldTooLong := func(at string) bool {
+		if e.stall != nil {
+			e.stall(at)
+		}
+		held := time.Since(pulled)
+		if held < e.cfg.AckWait/2 {
+			return false
+		}
 		log().Info("dispatch held for half its ack wait before it could start: left to its redelivery", "held", held,
-			"deliveries", delivered)
+			"deliveries", delivered, "at", at)
+		return true
+	}
+	if heldTooLong("pulled") {
 		return
 	}
 	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
@@ -183,6 +194,12 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	}
 	if !ok {
 		_ = msg.Ack() // cancelled, superseded or run elsewhere
+		return
+	}
+	if heldTooLong("claimed") {
+		// The claim (or the stall after it) took that long: a claim
+		// granted now names this executor running without a lease yet,
+		// so the redelivery's claim takes the attempt over.
 		return
 	}
 

@@ -37,13 +37,24 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 
 // TestStalledExecutorDoesNotRunADispatchHandedOn: an executor stalled
 // (stopped, swapped out, starved of CPU) after a dispatch was delivered to
-// it and before it started it, for longer than the ack wait, does not run
-// it when it wakes: the delivery may have expired and gone to another
-// executor, which runs it (a first delivery runs without a claim). The
-// conformance suite's mixed fleet found it: a SIGSTOP'd executor ran, after
-// its SIGCONT, tasks another executor had already run.
+// it and before it started it — before its claim, or after it — for longer
+// than the ack wait, does not run it when it wakes: the delivery may have
+// expired and gone to another executor, which runs it (a first delivery
+// runs without a claim; a redelivery's claim takes over an attempt whose
+// claimant has no lease yet). The conformance suite's mixed fleet found
+// it: a SIGSTOP'd executor ran, after its SIGCONT, tasks another executor
+// had already run.
 func TestStalledExecutorDoesNotRunADispatchHandedOn(t *testing.T) {
 	t.Parallel()
+	for _, at := range []string{"pulled", "claimed"} {
+		t.Run(at, func(t *testing.T) {
+			t.Parallel()
+			stalledRunsOnce(t, at)
+		})
+	}
+}
+
+func stalledRunsOnce(t *testing.T, at string) {
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
 	c := testenv.Client(t, srv.URL())
@@ -61,11 +72,14 @@ func TestStalledExecutorDoesNotRunADispatchHandedOn(t *testing.T) {
 	left := &signalWriter{match: "left to its redelivery", ch: make(chan struct{})}
 	stalled := testenv.Executor(t, srv.URL(), executor.Config{ID: "stalled", AckWait: time.Second, IdleProbe: 100 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(left, nil))})
-	pulled := make(chan struct{})
+	stalling := make(chan struct{})
 	var once sync.Once
-	executor.SetStallAfterPull(stalled, func() {
+	executor.SetStall(stalled, func(point string) {
+		if point != at {
+			return
+		}
 		once.Do(func() {
-			close(pulled)
+			close(stalling)
 			time.Sleep(3 * time.Second) // the stall: three ack waits
 		})
 	})
@@ -75,7 +89,7 @@ func TestStalledExecutorDoesNotRunADispatchHandedOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-pulled:
+	case <-stalling:
 	case <-ctx.Done():
 		t.Fatal("the dispatch never reached the executor")
 	}
@@ -89,7 +103,9 @@ func TestStalledExecutorDoesNotRunADispatchHandedOn(t *testing.T) {
 	select {
 	case <-left.ch:
 	case <-ctx.Done():
-		t.Fatal("the stalled executor did not leave its stale dispatch to the redelivery")
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the stalled executor did not leave its stale dispatch to the redelivery (the handler ran on %v)", ran)
 	}
 	// Anything the stalled executor would do with it, it did before it
 	// logged; the handler ran once, on whichever executor claimed the
