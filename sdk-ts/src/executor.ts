@@ -621,7 +621,8 @@ export class Executor {
    * (executor/run.go's execute). A dispatch held for half the ack wait or
    * more before it could start (the process was stopped, swapped out, its
    * event loop blocked) may have been delivered again to another executor
-   * meanwhile, which runs it: it is neither run nor answered (heldTooLong).
+   * meanwhile, which runs it: it is neither run nor answered (heldTooLong);
+   * checked again once claimed, just before the handler starts.
    */
   private async execute(d: Delivery, dp: Dispatch, free: () => void, pulledAt: number): Promise<void> {
     const t0 = dp.task;
@@ -631,14 +632,17 @@ export class Executor {
       d.ack();
       return;
     }
-    if (heldTooLong(pulledAt, Date.now(), this.cfg.ackWaitMs)) {
+    const held = (at: string): boolean => {
+      if (!heldTooLong(pulledAt, Date.now(), this.cfg.ackWaitMs)) return false;
       this.log("info", "dispatch held for half its ack wait before it could start: left to its redelivery", {
         ...fields,
         held_ms: Date.now() - pulledAt,
         deliveries: delivered,
+        at,
       });
-      return;
-    }
+      return true;
+    };
+    if (held("pulled")) return;
     const claim = await this.claim(dp, delivered);
     switch (claim.kind) {
       case "elsewhere":
@@ -661,6 +665,10 @@ export class Executor {
         d.ack();
         return;
     }
+    // The claim (or a stall after it) took that long: a claim granted now
+    // names this executor running without a lease yet, so the
+    // redelivery's claim takes the attempt over.
+    if (held("claimed")) return;
     const t = claim.task;
     const startedAt = t.started_at ?? new Date().toISOString();
     const abort = new AbortController();
