@@ -37,10 +37,13 @@ import (
 //   - none ran twice: per task and attempt, at most one handler start on an
 //     executor incarnation that was never killed or stopped; every other
 //     start of that attempt was on an incarnation killed (kill -9) or
-//     stopped (before its SIGCONT) — the at-least-once re-runs the faults
-//     explain — and no incarnation started the same attempt twice;
-//   - the run that ended each task is seen (its executor's start event);
-//   - both languages ran a substantial share of the tasks.
+//     stopped (before its SIGCONT, or holding the attempt claimed: taken
+//     over from it) — the at-least-once re-runs the faults explain — and
+//     no incarnation started the same attempt twice;
+//   - the run that ended each task is seen (its executor's start event, or
+//     a taken-over run's when the record names an executor killed right
+//     after its claim: counted);
+//   - both languages ran at least a fifth of the tasks.
 //
 // N is 1,000 with one fault of each kind by default; AX_CONFORMANCE_FLEET=N
 // (10000 for the figure) runs N tasks with every fault repeated
