@@ -39,7 +39,8 @@ import (
 //     start of that attempt was on an incarnation killed (kill -9) or
 //     stopped (before its SIGCONT, or holding the attempt claimed: taken
 //     over from it) — the at-least-once re-runs the faults explain — and
-//     no incarnation started the same attempt twice;
+//     no incarnation started the same attempt twice in a row unless it was
+//     stopped with the first run in hand;
 //   - the run that ended each task is seen (its executor's start event, or
 //     a taken-over run's when the record names an executor killed right
 //     after its claim: counted);
@@ -568,6 +569,7 @@ func (f *fleet) check(ctx context.Context, elapsed time.Duration) {
 	reruns := map[string]int{} // by the fault that explains them, e.g. "kill -9 ts"
 	rerunTasks := []string{}
 	var misnamed []string // tasks whose record names an executor that did not run the succeeding handler
+	var again []string    // tasks started again on the executor that was stopped with the first run in hand
 	for i, ft := range f.tasks {
 		h := f.hist[ft.id]
 		if len(h) == 0 {
@@ -607,14 +609,26 @@ func (f *fleet) check(ctx context.Context, elapsed time.Duration) {
 		// The handler's starts, attempt by attempt.
 		for a := 1; a <= last.Attempt; a++ {
 			idx := starts[key{ft.id, a}]
-			clean, seen := 0, map[string]bool{}
+			clean, prev, prevIdx := 0, "", -1
 			var whys []string
 			for _, i := range idx {
 				ev := f.starts[i]
-				if seen[ev.Executor] {
-					fail("%s attempt %d: started twice on %s", ft.id, a, ev.Executor)
+				// An executor may start an attempt again after another did
+				// (it lost the attempt, the other lost it too, and it got it
+				// back), or after it was stopped while the first run was in
+				// hand (that run outlived the ack wait and was delivered
+				// again before its report was applied) — never otherwise.
+				if cont, stopped := f.contAt[ev.Executor]; ev.Executor == prev && !(stopped && prevIdx < cont) {
+					fail("%s attempt %d: started twice in a row on %s (starts %v):\n%s", ft.id, a, ev.Executor,
+						f.executorsOf(idx), describe(h))
+				} else if ev.Executor == prev {
+					if len(again) < 3 {
+						t.Logf("%s attempt %d started again on %s, stopped with its first run in hand (starts %v):\n%s", ft.id, a,
+							ev.Executor, f.executorsOf(idx), describe(h))
+					}
+					again = append(again, ft.id)
 				}
-				seen[ev.Executor] = true
+				prev, prevIdx = ev.Executor, i
 				if why, ok := excused(i); ok {
 					whys = append(whys, why+" "+lang(ev.Executor))
 				} else {
@@ -704,6 +718,7 @@ func (f *fleet) check(ctx context.Context, elapsed time.Duration) {
 			total, len(rerunTasks), strings.Join(rr, ", ")),
 		fmt.Sprintf("successes reported by a run that was taken over, the record naming the (killed) executor that took over: %d %v",
 			len(misnamed), misnamed),
+		fmt.Sprintf("attempts started again on the executor stopped with the first run in hand: %d %v", len(again), again),
 		"faults:",
 	}
 	summary = append(summary, f.faultLog...)
