@@ -13,8 +13,10 @@ package conformance
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,6 +25,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,9 +47,18 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	if !testingShort() {
 		// A stable directory: go build skips the link of a binary that is
-		// up to date. NATS_SERVER_BIN and AX_BIN, when set, are used as
-		// they are (scripts/test builds them once for npm test and here).
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("ax-conformance-bin-%d", os.Getuid()))
+		// up to date. One per checkout: suites of other checkouts (other
+		// worktrees of the repository) running at the same time would
+		// otherwise replace these binaries with their own under running
+		// tests. NATS_SERVER_BIN and AX_BIN, when set, are used as they
+		// are (scripts/test builds them once for npm test and here).
+		root, err := filepath.Abs("..")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "conformance:", err)
+			return 1
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("ax-conformance-bin-%d-%x", os.Getuid(), sum[:8]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			fmt.Fprintln(os.Stderr, "conformance:", err)
 			return 1
@@ -107,45 +119,64 @@ func adapters(t *testing.T) []adapter {
 	}
 	var out []adapter
 	for _, n := range names {
-		switch strings.TrimSpace(n) {
-		case "go":
-			out = append(out, adapter{name: "go", executor: []string{bins.goexec, "executor"}, producer: []string{bins.goexec, "producer"}})
-		case "ts":
-			js := buildTS(t)
-			// AX_CONFORMANCE_NODE_ARGS: extra node flags (--cpu-prof, say).
-			node := append([]string{"node"}, strings.Fields(os.Getenv("AX_CONFORMANCE_NODE_ARGS"))...)
-			out = append(out, adapter{name: "ts", executor: append(slices.Clone(node), js, "executor"), producer: append(slices.Clone(node), js, "producer")})
-		default:
-			t.Fatalf("unknown adapter %q in AX_CONFORMANCE_ADAPTERS", n)
-		}
+		out = append(out, newAdapter(t, strings.TrimSpace(n)))
 	}
 	return out
 }
 
-// buildTS builds sdk-ts (npm ci first when it has no node_modules) and
-// returns the TypeScript adapter's script.
+// newAdapter returns the adapter called name (building sdk-ts for "ts").
+func newAdapter(t *testing.T, name string) adapter {
+	switch name {
+	case "go":
+		return adapter{name: "go", executor: []string{bins.goexec, "executor"}, producer: []string{bins.goexec, "producer"}}
+	case "ts":
+		js := buildTS(t)
+		// AX_CONFORMANCE_NODE_ARGS: extra node flags (--cpu-prof, say).
+		node := append([]string{"node"}, strings.Fields(os.Getenv("AX_CONFORMANCE_NODE_ARGS"))...)
+		return adapter{name: "ts", executor: append(slices.Clone(node), js, "executor"), producer: append(slices.Clone(node), js, "producer")}
+	}
+	t.Fatalf("unknown adapter %q in AX_CONFORMANCE_ADAPTERS", name)
+	return adapter{}
+}
+
+// buildTS builds sdk-ts (npm ci first when it has no node_modules) once
+// per run of the suite and returns the TypeScript adapter's script.
 func buildTS(t *testing.T) string {
 	t.Helper()
+	tsBuild.once.Do(func() { tsBuild.script, tsBuild.err = buildTSOnce() })
+	if tsBuild.err != nil {
+		t.Fatal(tsBuild.err)
+	}
+	return tsBuild.script
+}
+
+var tsBuild struct {
+	once   sync.Once
+	script string
+	err    error
+}
+
+func buildTSOnce() (string, error) {
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatalf("the TypeScript adapter needs node (scripts/ensure-node installs Debian's), or set AX_CONFORMANCE_ADAPTERS=go")
+		return "", errors.New("the TypeScript adapter needs node (scripts/ensure-node installs Debian's), or set AX_CONFORMANCE_ADAPTERS=go")
 	}
 	dir, err := filepath.Abs("../sdk-ts")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
 		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in sdk-ts: %v\n%s", err, out)
+			return "", fmt.Errorf("npm ci in sdk-ts: %v\n%s", err, out)
 		}
 	}
 	cmd := exec.Command("npm", "run", "--silent", "build")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm run build in sdk-ts: %v\n%s", err, out)
+		return "", fmt.Errorf("npm run build in sdk-ts: %v\n%s", err, out)
 	}
-	return filepath.Join(dir, "dist", "conformance", "adapter.js")
+	return filepath.Join(dir, "dist", "conformance", "adapter.js"), nil
 }
 
 // env is one AX deployment: a nats-server and an orchestrator, shared by
@@ -162,6 +193,7 @@ type env struct {
 	client *sdk.Client
 	events *events
 	procs  []*proc
+	orch   *proc // the orchestrator running now
 }
 
 // authPassword is every user's password in an auth env.
@@ -220,9 +252,7 @@ func startEnv(t *testing.T, auth bool) *env {
 	if out, err := exec.CommandContext(ctx, bins.ax, topo...).CombinedOutput(); err != nil {
 		t.Fatalf("ax topology: %v\n%s", err, out)
 	}
-	orch, _, _ := startProc(t, e.dir, "orchestrator", append([]string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
-		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, e.userArgs("orchestrator")...), nil, false)
-	e.procs = append(e.procs, orch)
+	e.startOrchestrator("orchestrator")
 
 	opts := []nats.Option{nats.Name("conformance"), nats.MaxReconnects(-1)}
 	if auth {
@@ -245,6 +275,21 @@ func startEnv(t *testing.T, auth bool) *env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// startOrchestrator starts the env's orchestrator (logging to name.log).
+func (e *env) startOrchestrator(name string) {
+	orch, _, _ := startProc(e.t, e.dir, name, append([]string{bins.ax, "orchestrator", "--nats", e.url, "--node-id", "conformance",
+		"--log-level", "warn", "--retry-base", "100ms", "--retry-max", "400ms", "--ack-wait", "5s"}, e.userArgs("orchestrator")...), nil, false)
+	e.procs = append(e.procs, orch)
+	e.orch = orch
+}
+
+// restartOrchestrator kills the orchestrator with SIGKILL and starts
+// another one (the same node id) in its place, logging to name.log.
+func (e *env) restartOrchestrator(name string) {
+	e.orch.kill9(e.t)
+	e.startOrchestrator(name)
 }
 
 // writeAccounts writes the auth env's server configuration: AX's account
@@ -308,7 +353,7 @@ func (e *env) cleanup() {
 	// stop is not this suite's subject (e2e's), so an unclean exit after
 	// SIGTERM is only logged.
 	for _, p := range e.procs {
-		if !p.alive() {
+		if !p.alive() && !p.killed {
 			e.t.Errorf("%s died during the test: %v", p.name, p.err)
 		}
 	}

@@ -28,6 +28,10 @@ type Executor struct {
 	js      jetstream.JetStream
 	log     *slog.Logger
 	metrics Metrics
+	// stall, set by tests only, stalls the run of a dispatch ("pulled":
+	// before its claim; "claimed": after it, before the handler starts): a
+	// process stopped, swapped out or starved of CPU while it holds one.
+	stall func(at string)
 	// The streams the executor uses, bound by the first Start and kept:
 	// fanin reads shards' outcomes for aggregators; objects binds the
 	// object stores of plans and large results, each capability's when

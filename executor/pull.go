@@ -221,6 +221,9 @@ func (p *puller) allEmpty() bool {
 func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (int, error) {
 	var batch jetstream.MessageBatch
 	var err error
+	// Every message of the batch is delivered after this: how long the
+	// executor has held one is at most the time since (execute).
+	pulled := time.Now()
 	if wait > 0 {
 		batch, err = p.levels[lvl].Fetch(want, jetstream.FetchMaxWait(wait))
 	} else {
@@ -232,7 +235,7 @@ func (p *puller) fetch(ctx context.Context, lvl, want int, wait time.Duration) (
 	k := 0
 	for msg := range batch.Messages() {
 		k++
-		p.e.start(p.s, msg)
+		p.e.start(p.s, msg, pulled)
 	}
 	if err := batch.Error(); err != nil && ctx.Err() == nil {
 		if consumerGone(err) {

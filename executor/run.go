@@ -48,7 +48,7 @@ func (ex *execution) giveBack() {
 
 // start claims and runs a fetched dispatch in its own goroutine, counting
 // its cost against capacity until it is done.
-func (e *Executor) start(s *session, msg jetstream.Msg) {
+func (e *Executor) start(s *session, msg jetstream.Msg, pulled time.Time) {
 	d, dispatcher, err := decodeDispatch(msg)
 	if err != nil {
 		e.log.Warn("dropping malformed dispatch", "error", err, "subject", msg.Subject())
@@ -87,7 +87,7 @@ func (e *Executor) start(s *session, msg jetstream.Msg) {
 			})
 		}
 		defer free()
-		e.execute(s, msg, d, dispatcher, free)
+		e.execute(s, msg, d, dispatcher, free, pulled)
 	}()
 }
 
@@ -128,7 +128,18 @@ func decodeDispatch(msg jetstream.Msg) (d task.Dispatch, dispatcher string, err 
 // slots instead, so a handler's slot goes to the next task while its
 // predecessor's outcome is being stored, and the reports in flight are
 // bounded all the same.
-func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispatcher string, free func()) {
+//
+// pulled is when the pull that delivered msg was sent: a dispatch held
+// for half the ack wait or more before it could start (the process was
+// stopped, swapped out, starved of CPU) may have been delivered again to
+// another executor meanwhile, which runs it (a first delivery runs without
+// asking anyone, and a claim of the redelivery finds no lease yet). It is
+// neither run nor answered (an acknowledgement or a hand-back would act on
+// the newer delivery): if it is still the current delivery, it comes again
+// after the ack wait, as a redelivery that is claimed first. Checked again
+// once claimed, just before the handler starts. Pulls wait at
+// most bellWait, so a dispatch that did not wait is never taken for one.
+func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispatcher string, free func(), pulled time.Time) {
 	ctx := context.Background()
 	// Built when something is logged: With allocates, and most tasks log nothing.
 	log := func() *slog.Logger {
@@ -142,6 +153,21 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 		// Cancelled or expired while its dispatch waited.
 		log().Debug("dispatch of a revoked execution: not run")
 		_ = msg.Ack()
+		return
+	}
+	heldTooLong := func(at string) bool {
+		if e.stall != nil {
+			e.stall(at)
+		}
+		held := time.Since(pulled)
+		if held < e.cfg.AckWait/2 {
+			return false
+		}
+		log().Info("dispatch held for half its ack wait before it could start: left to its redelivery", "held", held,
+			"deliveries", delivered, "at", at)
+		return true
+	}
+	if heldTooLong("pulled") {
 		return
 	}
 	claimCtx, cancelClaim := context.WithTimeout(ctx, 10*time.Second)
@@ -171,6 +197,12 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	}
 	if !ok {
 		_ = msg.Ack() // cancelled, superseded or run elsewhere
+		return
+	}
+	if heldTooLong("claimed") {
+		// The claim (or the stall after it) took that long: a claim
+		// granted now names this executor running without a lease yet,
+		// so the redelivery's claim takes the attempt over.
 		return
 	}
 

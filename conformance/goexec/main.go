@@ -102,6 +102,8 @@ type step struct {
 	DelayMS int             `json:"delay_ms"`
 	MS      int             `json:"ms"`
 	Bytes   int             `json:"bytes"`
+	// Attempts is how many attempts a "flaky" step fails.
+	Attempts int `json:"attempts"`
 }
 
 type behaviour struct {
@@ -163,6 +165,11 @@ func runExecutor(ctx context.Context) error {
 			return s.Result, nil
 		case "fail":
 			return nil, errors.New(s.Error)
+		case "flaky": // by the task's attempt, whichever process runs it
+			if job.Attempt <= s.Attempts {
+				return nil, errors.New(s.Error)
+			}
+			return s.Result, nil
 		case "permanent":
 			return nil, executor.Permanent(errors.New(s.Error))
 		case "retry_after":

@@ -30,6 +30,8 @@ interface Step {
   delay_ms?: number;
   ms?: number;
   bytes?: number;
+  /** How many attempts a "flaky" step fails. */
+  attempts?: number;
 }
 
 interface Behaviour {
@@ -85,6 +87,9 @@ async function runExecutor(): Promise<void> {
         return s.result;
       case "fail":
         throw new Error(s.error);
+      case "flaky": // by the task's attempt, whichever process runs it
+        if (job.attempt <= (s.attempts ?? 0)) throw new Error(s.error);
+        return s.result;
       case "permanent":
         throw new PermanentError(s.error);
       case "retry_after":

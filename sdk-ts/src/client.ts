@@ -1,5 +1,13 @@
 import { headers, type NatsConnection } from "@nats-io/transport-node";
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import {
+  DeliverPolicy,
+  jetstream,
+  jetstreamManager,
+  type JetStreamClient,
+  type JetStreamManager,
+  type JsMsg,
+  type OrderedConsumerOptions,
+} from "@nats-io/jetstream";
 import type { Codec } from "./codec.js";
 import { dial, inbox as newInbox, type ConnectOptions } from "./conn.js";
 import { Objects } from "./objects.js";
@@ -255,9 +263,66 @@ export class Client {
     return out;
   }
 
-  /** Waits through get() until the task is terminal and returns it. */
+  /**
+   * Waits until the task is terminal (succeeded, failed, cancelled,
+   * expired) and returns it, as the Go SDK's Wait does: one read of its
+   * current record (a task that ended is answered at once), then its
+   * history is watched from the next event on (an ordered consumer on
+   * `ax.task.<id>.>`), not polled. A task not found yet is watched from
+   * its first event (its submission may still be queued); a rejection ends
+   * the wait (RejectedError). NATS not answering for a while (a
+   * reconnect, a leader election) is waited out. timeoutMs and signal are
+   * checked at least every second. Needs read rights on AX_TASKS (a
+   * producer limited to some types uses waitState).
+   */
   async wait<R = unknown>(id: string, o: CallOptions = {}): Promise<TaskRecord<R>> {
-    return this.poll(o, () => this.get<R>(id));
+    if (!validID(id)) throw new NotFoundError(id);
+    const deadline = o.timeoutMs !== undefined ? Date.now() + o.timeoutMs : Infinity;
+    let backoff = 100;
+    for (;;) {
+      try {
+        return await this.watch<R>(id, deadline, o);
+      } catch (e) {
+        if (!isTransient(e) || e instanceof WaitTimeoutError || Date.now() >= deadline) throw e;
+        o.signal?.throwIfAborted();
+        await sleep(Math.min(backoff, Math.max(0, deadline - Date.now())), o.signal);
+        backoff = Math.min(2 * backoff, 2000);
+      }
+    }
+  }
+
+  /** One watch of a task's history until it is terminal (wait). */
+  private async watch<R>(id: string, deadline: number, o: CallOptions): Promise<TaskRecord<R>> {
+    const last = await this.lastMessage(id);
+    if (last && isTerminal(last.ev.task.state)) return this.decoded(last.ev.task as TaskRecord<R>);
+    const opts: Partial<OrderedConsumerOptions> = { filter_subjects: [subj.taskHistory(id)] };
+    if (last) {
+      opts.deliver_policy = DeliverPolicy.StartSequence;
+      opts.opt_start_seq = last.seq + 1;
+    } else {
+      opts.deliver_policy = DeliverPolicy.All;
+    }
+    const c = await this.js.consumers.get(subj.STREAM_TASKS, opts);
+    let seen = last !== undefined;
+    try {
+      for (;;) {
+        o.signal?.throwIfAborted();
+        if (Date.now() >= deadline) throw new WaitTimeoutError(id, o.timeoutMs ?? 0);
+        const m = await c.next({ expires: 1000 });
+        if (!m) {
+          if (!seen) {
+            const rej = await this.rejection(id);
+            if (rej) throw new RejectedError(rej);
+          }
+          continue;
+        }
+        seen = true;
+        const ev = eventOf(m);
+        if (isTerminal(ev.task.state)) return this.decoded(ev.task as TaskRecord<R>);
+      }
+    } finally {
+      await c.delete().catch(() => undefined);
+    }
   }
 
   /**
@@ -315,13 +380,18 @@ export class Client {
   }
 
   private async lastEvent(id: string): Promise<TaskEvent | undefined> {
+    return (await this.lastMessage(id))?.ev;
+  }
+
+  /** A task's last event and its revision (a leader read). */
+  private async lastMessage(id: string): Promise<{ ev: TaskEvent; seq: number } | undefined> {
     const jsm = await this.manager();
     try {
       const m = await jsm.streams.getMessage(subj.STREAM_TASKS, { last_by_subj: subj.taskHistory(id) });
       if (!m) return undefined;
       const ev = m.json<TaskEvent>();
       if (subj.parseDispatch(m.subject)) ev.task.dispatch_revision = m.seq;
-      return ev;
+      return { ev, seq: m.seq };
     } catch (e) {
       if (isNotFound(e)) return undefined;
       throw e;
@@ -377,6 +447,21 @@ export class Client {
     await jsm.streams.purge("AX_REJECTED", { filter: `ax.rejected.${id}` });
     await this.js.publish(subject, data, { msgID: `${mid}:${Date.now().toString(36)}${Math.random().toString(36).slice(2)}` });
   }
+}
+
+/** A wait that reached its timeoutMs (not retried as a transient error). */
+export class WaitTimeoutError extends Error {
+  constructor(id: string, ms: number) {
+    super(`wait: ${id} not terminal within ${ms}ms`);
+    this.name = "WaitTimeoutError";
+  }
+}
+
+/** The event of a task's history message (a dispatch's record with its revision). */
+function eventOf(m: JsMsg): TaskEvent {
+  const ev = m.json<TaskEvent>();
+  if (subj.parseDispatch(m.subject)) ev.task.dispatch_revision = m.seq;
+  return ev;
 }
 
 /** The de-duplication id of a submission: its task id and a hash of its body. */

@@ -556,8 +556,12 @@ export class Executor {
     return { task: t, revision: d.info.streamSeq, token: d.header(subj.HEADER_TOKEN), dispatcher: ev.actor ?? "" };
   }
 
-  /** Takes a fetched dispatch: runs it (counting its cost until its handler returns), or passes it on. */
-  start1(d: Delivery): void {
+  /**
+   * Takes a fetched dispatch: runs it (counting its cost until its handler
+   * returns), or passes it on. pulledAt is when the pull that delivered it
+   * was sent (Date.now()).
+   */
+  start1(d: Delivery, pulledAt: number = Date.now()): void {
     let dp: Dispatch;
     try {
       dp = this.decode(d);
@@ -583,7 +587,7 @@ export class Executor {
         this.load.release(cost);
       }
     };
-    const run = this.execute(d, dp, free)
+    const run = this.execute(d, dp, free, pulledAt)
       .catch((e) => this.log("error", "execution failed", { task_id: t.id, error: String(e) }))
       .finally(() => {
         free();
@@ -612,8 +616,15 @@ export class Executor {
     }, delay).unref();
   }
 
-  /** Claims a dispatch, runs its handler and reports the outcome (executor/run.go's execute). */
-  private async execute(d: Delivery, dp: Dispatch, free: () => void): Promise<void> {
+  /**
+   * Claims a dispatch, runs its handler and reports the outcome
+   * (executor/run.go's execute). A dispatch held for half the ack wait or
+   * more before it could start (the process was stopped, swapped out, its
+   * event loop blocked) may have been delivered again to another executor
+   * meanwhile, which runs it: it is neither run nor answered (heldTooLong);
+   * checked again once claimed, just before the handler starts.
+   */
+  private async execute(d: Delivery, dp: Dispatch, free: () => void, pulledAt: number): Promise<void> {
     const t0 = dp.task;
     const delivered = d.info.delivered;
     const fields = { task_id: t0.id, execution_id: t0.execution_id, attempt: t0.attempt };
@@ -621,6 +632,17 @@ export class Executor {
       d.ack();
       return;
     }
+    const held = (at: string): boolean => {
+      if (!heldTooLong(pulledAt, Date.now(), this.cfg.ackWaitMs)) return false;
+      this.log("info", "dispatch held for half its ack wait before it could start: left to its redelivery", {
+        ...fields,
+        held_ms: Date.now() - pulledAt,
+        deliveries: delivered,
+        at,
+      });
+      return true;
+    };
+    if (held("pulled")) return;
     const claim = await this.claim(dp, delivered);
     switch (claim.kind) {
       case "elsewhere":
@@ -643,6 +665,10 @@ export class Executor {
         d.ack();
         return;
     }
+    // The claim (or a stall after it) took that long: a claim granted now
+    // names this executor running without a lease yet, so the
+    // redelivery's claim takes the attempt over.
+    if (held("claimed")) return;
     const t = claim.task;
     const startedAt = t.started_at ?? new Date().toISOString();
     const abort = new AbortController();
@@ -1222,6 +1248,21 @@ export function setOutcome(r: Report, herr: unknown): void {
 
 /** Waits briefly for a task whose publish rang the doorbell. */
 const BELL_WAIT = 100;
+
+/**
+ * Whether a dispatch pulled at pulledAt and not started by now was held
+ * too long to start without risk: for half the ack wait or more, its
+ * delivery may have expired and gone to another executor, which runs it
+ * (a first delivery runs without a claim, and a claim of the redelivery
+ * finds no lease yet). Such a dispatch is left unanswered (an ack or a
+ * hand-back would act on the newer delivery): if it is still the current
+ * delivery, it comes again after the ack wait and is claimed then. Pulls
+ * wait at most BELL_WAIT, so a dispatch that did not wait is never taken
+ * for one. executor/run.go's execute does the same.
+ */
+export function heldTooLong(pulledAt: number, now: number, ackWaitMs: number): boolean {
+  return now - pulledAt >= ackWaitMs / 2;
+}
 /** How often levels last seen empty are probed while the doorbell is armed. */
 const BUSY_PROBE = 200;
 
@@ -1329,8 +1370,9 @@ class Puller {
   }
 
   private async fetch(lvl: number, want: number, waitMs: number): Promise<number> {
+    const pulledAt = Date.now(); // every message of the batch is delivered after this
     const msgs = await fetch(this.e.nc, subj.STREAM_TASKS, subj.readyConsumer(this.capability, lvl), want, waitMs);
-    for (const m of msgs) this.e.start1(m);
+    for (const m of msgs) this.e.start1(m, pulledAt);
     return msgs.length;
   }
 

@@ -2,7 +2,7 @@
  * AX for TypeScript: a producer (Client) and an executor (Executor) that
  * speak AX's wire contract (subjects.md) over NATS JetStream.
  */
-export { Client, StateReadError, msgID, type CallOptions } from "./client.js";
+export { Client, StateReadError, WaitTimeoutError, msgID, type CallOptions } from "./client.js";
 export { AESGCM, CodecError, acceptClear, isEncodedJSON, type Codec, type Key } from "./codec.js";
 export { dial, type ConnectOptions } from "./conn.js";
 export {

@@ -7,10 +7,14 @@ import {
   NotFoundError,
   PermanentError,
   RejectedError,
+  WaitTimeoutError,
   type AttemptMetrics,
 } from "../src/index.js";
 import { Kvm } from "@nats-io/kv";
 import { startAX, type AX } from "./ax.js";
+import { heldTooLong } from "../src/executor.js";
+import { Delivery, parseAck, type DeliveryInfo } from "../src/pull.js";
+import type { Msg } from "@nats-io/transport-node";
 
 let ax: AX;
 let client: Client;
@@ -130,6 +134,85 @@ test("a graph: a dependent reads its upstreams' results", async () => {
   const t = await client.wait(ids[2] as string, { timeoutMs: 20_000 });
   assert.equal(t.state, "succeeded");
   assert.equal(t.result, 9);
+});
+
+test("wait watches the task's history: one read, then its events, not polling", async () => {
+  const id = await client.submit({ type: "report.progress", capability: "ts-test" });
+  const spied = client as unknown as { lastMessage: (id: string) => Promise<unknown> };
+  const read = spied.lastMessage.bind(client);
+  let reads = 0;
+  spied.lastMessage = (i: string) => {
+    reads++;
+    return read(i);
+  };
+  try {
+    const waited = client.wait<string>(id, { timeoutMs: 20_000 });
+    for (let i = 0; i < 400 && !release.has(id); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(release.has(id), "the handler started");
+    // Long enough for a poll to have read the record several times.
+    await new Promise((r) => setTimeout(r, 1500));
+    release.get(id)?.();
+    const t = await waited;
+    assert.equal(t.state, "succeeded");
+    assert.equal(t.result, "done");
+    assert.equal(reads, 1);
+  } finally {
+    spied.lastMessage = read;
+  }
+});
+
+test("wait for a task submitted after the wait began; wait's timeout", async () => {
+  const id = `later-${Date.now()}`;
+  const waited = client.wait<{ total: number }>(id, { timeoutMs: 20_000 });
+  await new Promise((r) => setTimeout(r, 300));
+  await client.submit<Order>({ id, type: "order.price", capability: "ts-test", payload: { sku: "l", qty: 2 } });
+  assert.deepEqual((await waited).result, { total: 6 });
+
+  const blocked = await client.submit({ type: "report.progress", capability: "ts-test" });
+  await assert.rejects(client.wait(blocked, { timeoutMs: 1500 }), WaitTimeoutError);
+  for (let i = 0; i < 400 && !release.has(blocked); i++) await new Promise((r) => setTimeout(r, 20));
+  release.get(blocked)?.();
+  assert.equal((await client.wait(blocked, { timeoutMs: 20_000 })).state, "succeeded");
+});
+
+test("a dispatch held for half the ack wait before it could start is left to its redelivery", async () => {
+  assert.equal(heldTooLong(1000, 1000 + 499, 1000), false);
+  assert.equal(heldTooLong(1000, 1000 + 500, 1000), true);
+  // An executor (not pulling) handed a dispatch as its puller would after
+  // a stall (the process stopped, its event loop blocked) longer than
+  // that: its handler does not run and the delivery is not answered (an
+  // ack or a hand-back would act on a newer delivery to another executor).
+  const st = new Executor(client.nc, { id: "stalled", capabilities: ["ts-stall"], ackWaitMs: 1000, log: () => undefined });
+  let ran = 0;
+  st.handle("stall.quick", () => {
+    ran++;
+    return "ran";
+  });
+  const answered: string[] = [];
+  const ev = {
+    kind: "transition",
+    from: "",
+    to: "ready",
+    at: new Date().toISOString(),
+    actor: "n",
+    task: { id: "stall-1", type: "stall.quick", capability: "ts-stall", priority: 2, state: "ready", attempt: 1, execution_id: "x1" },
+  };
+  const reply = "$JS.ACK.AX_TASKS.ax-ready-ts-stall-p2.1.7.7.0.0";
+  const msg = {
+    subject: "ax.task.stall-1.d.ts-stall.p2.stall.quick",
+    data: new TextEncoder().encode(JSON.stringify(ev)),
+    reply,
+    headers: undefined,
+    respond: (p: Uint8Array) => {
+      answered.push(new TextDecoder().decode(p));
+      return true;
+    },
+  };
+  st.start1(new Delivery(msg as unknown as Msg, parseAck(reply) as DeliveryInfo), Date.now() - 600);
+  await new Promise((r) => setTimeout(r, 100));
+  assert.equal(ran, 0);
+  assert.deepEqual(answered, []);
+  assert.equal(st.inFlight, 0);
 });
 
 test("a submission the orchestrator refuses is a RejectedError", async () => {
