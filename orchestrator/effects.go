@@ -189,6 +189,8 @@ func (o *Orchestrator) applyEffect(ctx context.Context, e lifecycle.Effect, t ta
 		return o.cancelDependents(ctx, t, rev)
 	case lifecycle.Revoke:
 		return o.revoke(ctx, t)
+	case lifecycle.MatchEvent:
+		return o.matchEvent(ctx, t, rev)
 	}
 	return fmt.Errorf("task %s: unknown effect %v", t.ID, e)
 }
@@ -254,7 +256,7 @@ func (o *Orchestrator) disarmTimers(ctx context.Context, t task.Task) error {
 			return err
 		}
 	}
-	return nil
+	return o.forgetEventWait(ctx, t)
 }
 
 // mayBeWatched reports whether a finished task may have a watch timer of

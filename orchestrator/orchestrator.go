@@ -71,6 +71,8 @@ type Orchestrator struct {
 	tasks, leases jetstream.Stream
 	// held is AX_HELD: the markers of tasks waiting for a slot.
 	held jetstream.Stream
+	// events is AX_EVENTS: the events event tasks wait for.
+	events jetstream.Stream
 	// reads sends the leader reads of the streams above (leaderget): one
 	// inbox for all of them.
 	reads *leaderget.Reader
@@ -326,6 +328,7 @@ func (o *Orchestrator) loops() []loop {
 		{subject.StreamTimers, subject.ConsumerTimers, subject.FireFilters(false), o.handleFire},
 		{subject.StreamTimers, subject.ConsumerLooks, subject.FireFilters(true), o.handleFire},
 		{subject.StreamCommands, subject.ConsumerCommands, nil, o.handleCommand},
+		{subject.StreamEvents, subject.ConsumerEvents, nil, o.handleEvent},
 	}
 	// One intake lane per priority: a p0 submission is not queued behind
 	// a burst of p5 ones.
@@ -427,6 +430,7 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		{"tasks", func() error { return o.bindTasks(ctx) }},
 		{"leases", bind(subject.StreamLeases, &o.leases)},
 		{"held", bind(subject.StreamHeld, &o.held)},
+		{"events", bind(subject.StreamEvents, &o.events)},
 		{"retry slots", func() error { return o.bindRetrySlots(ctx) }},
 		{"control", bindKV(subject.BucketControl, &o.control)},
 		{"slots", bindKV(subject.BucketSlots, &o.slotsKV)},

@@ -109,6 +109,13 @@ type Task struct {
 
 	// SubmittedAt is when the orchestrator accepted the task.
 	SubmittedAt time.Time `json:"submitted_at"`
+	// EventWaitSince is when an event task (Spec.WaitFor) registered its
+	// wait: from then on it is waiting for its event, not for its
+	// dependencies or start time.
+	EventWaitSince *time.Time `json:"event_wait_since,omitempty"`
+	// EventSeq is the AX_EVENTS sequence of the event an event task
+	// received (its data is the Result).
+	EventSeq uint64 `json:"event_seq,omitempty"`
 	// ReadyAt is when the task was last made ready (dispatched).
 	ReadyAt *time.Time `json:"ready_at,omitempty"`
 	// StartedAt is when an executor claimed the current (or last) attempt.

@@ -135,6 +135,12 @@ type Spec struct {
 	// across the cluster, at most Rate starts per window. Empty, or a key
 	// no limit matches: not limited. Same syntax as FairnessKey.
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+
+	// WaitFor makes an event task: it runs no handler and, when it would
+	// become ready, waits for an event on <subject>.<match>, succeeding
+	// with its data as its result, or expiring after timeout (see
+	// EventWait). Nil: an ordinary task.
+	WaitFor *EventWait `json:"wait_for,omitempty"`
 }
 
 // PriorityLevel returns the spec's priority with the default applied: 0
@@ -186,6 +192,8 @@ type wireSpec struct {
 
 	FairnessKey    string `json:"fairness_key"`
 	ConcurrencyKey string `json:"concurrency_key"`
+
+	WaitFor *EventWait `json:"wait_for"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -236,7 +244,7 @@ func (w wireSpec) spec() Spec {
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
 		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess,
 		TriggerRule: w.TriggerRule, UniqueKey: w.UniqueKey, UniqueWindow: w.UniqueWindow,
-		FairnessKey: w.FairnessKey, ConcurrencyKey: w.ConcurrencyKey}
+		FairnessKey: w.FairnessKey, ConcurrencyKey: w.ConcurrencyKey, WaitFor: w.WaitFor}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -432,6 +440,9 @@ func (s *Spec) Validate(maxPayload int) error {
 		return err
 	}
 	if err := s.validateUnique(); err != nil {
+		return err
+	}
+	if err := s.validateWaitFor(); err != nil {
 		return err
 	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {

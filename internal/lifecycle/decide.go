@@ -91,6 +91,10 @@ func Ready(t task.Task, attempt int, now time.Time, executionID string) task.Tas
 }
 
 func ready(t *task.Task, attempt int, now time.Time, executionID string) {
+	if t.WaitFor != nil {
+		awaitEvent(t, now)
+		return
+	}
 	t.State = task.Ready
 	t.Attempt = attempt
 	t.ExecutionID = executionID
@@ -608,6 +612,10 @@ func Create(t *task.Task, duplicateOf, duplicateReason string, admit func() bool
 	case t.ExpiresAt != nil && !env.Now.Before(*t.ExpiresAt):
 		finish(n, task.Expired, env.Now)
 		return d.applied(fmt.Sprintf("deadline %s had passed at submission", t.ExpiresAt.Format(time.RFC3339Nano)))
+	case len(t.DependsOn) == 0 && !delayed && t.WaitFor != nil:
+		// An event task runs nothing: no admission to ask.
+		awaitEvent(n, env.Now)
+		return d.applied("submitted")
 	case len(t.DependsOn) == 0 && !delayed && admit():
 		ready(n, 1, env.Now, env.NewExecutionID())
 		return d.applied("submitted")

@@ -13,7 +13,8 @@ type Effect uint8
 
 // The effects, in the order Effects lists them.
 const (
-	// DisarmTimers removes an ended task's timers.
+	// DisarmTimers removes an ended task's timers (and an event task's
+	// wait marker).
 	DisarmTimers Effect = iota + 1
 	// ArmForget arms the timer that forgets an ended task after its
 	// retention.
@@ -54,11 +55,14 @@ const (
 	// Revoke records that a cancelled or expired task's execution no
 	// longer runs, for the executors.
 	Revoke
+	// MatchEvent registers an event task's wait (its marker, its timeout)
+	// and looks for its event, which may have been published before.
+	MatchEvent
 )
 
 var effectNames = [...]string{"", "disarm_timers", "arm_forget", "end_fan_in", "free_slot", "arm_watch",
 	"ensure_shards", "check_slot", "arm_start", "resolve_waiting", "dispatch", "arm_retry",
-	"release_dependents", "dead_letter", "cancel_dependents", "revoke"}
+	"release_dependents", "dead_letter", "cancel_dependents", "revoke", "match_event"}
 
 // String names the effect, such as "dispatch".
 func (e Effect) String() string {
@@ -91,6 +95,8 @@ func Effects(out []Effect, t *task.Task, now time.Time) []Effect {
 			return append(out, EnsureShards)
 		case t.Parked:
 			return append(out, CheckSlot)
+		case AwaitingEvent(t):
+			return append(out, MatchEvent)
 		}
 		if t.StartAt != nil && t.StartAt.After(now) {
 			out = append(out, ArmStart)

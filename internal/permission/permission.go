@@ -22,7 +22,9 @@
 //     capability's objects (upstream results). It writes no record and no
 //     stream configuration.
 //   - producer: submits (on every intake lane, or only for some types),
-//     reads task state and results, and cancels only when granted.
+//     reads task state and results, and cancels only when granted. A
+//     producer not limited to types also publishes events (ax.event.>,
+//     sdk.Client.Signal).
 //   - mirror: reads AX_TASKS through its durable consumer; writes nothing.
 //   - operator (the CLI's operator commands and the console): sends
 //     commands, records operator audit events, resubmits (re-run, a
@@ -308,6 +310,8 @@ func orchestrator(objects []string) Permissions {
 		subject.FanInAll, subject.EdgeAll, subject.CountAll, subject.LeaseAll, subject.UniqueAll,
 		subject.PoisonAll, subject.TaskTypeAll,
 		subject.SlotWaitAll,  // tasks waiting for a concurrency slot (AX_HELD)
+		subject.EventWaitAll, // event tasks waiting for their events (AX_HELD)
+		subject.EventAll,     // events (AX_EVENTS): not published by AX itself
 		subject.FairOwnerAll, // asking the orchestrator holding a task queued for fairness
 		kvAll(subject.BucketSchedules), kvAll(subject.BucketControl), kvAll(subject.BucketRetryWindows),
 		kvAll(subject.BucketSlots),   // concurrency slots per key
@@ -411,6 +415,8 @@ func producer(name string, types []string, cancel bool, objects, ready []string)
 		read(&p, Producer, ready, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
 			objStreams(objects)...)...)
 		p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), subject.StateAll)
+		// Events that event tasks wait for (sdk.Client.Signal).
+		p.Publish.Allow = append(p.Publish.Allow, subject.EventAll)
 	} else {
 		// Limited to types: the state of its types' tasks only, asked of
 		// an orchestrator (sdk.Client.State), which answers a task or a

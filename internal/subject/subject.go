@@ -31,6 +31,7 @@ const (
 	StreamLeases    = "AX_LEASES"
 	StreamUnique    = "AX_UNIQUE"
 	StreamTypes     = "AX_TYPES"
+	StreamEvents    = "AX_EVENTS"
 )
 
 // BucketObjects is the legacy object store of planners' shard lists and
@@ -142,6 +143,7 @@ const (
 	ConsumerTimers    = "ax-orchestrator-timers"
 	ConsumerLooks     = "ax-orchestrator-looks"
 	ConsumerCommands  = "ax-orchestrator-commands"
+	ConsumerEvents    = "ax-orchestrator-events"
 	ConsumerMirror    = "ax-mirror"
 )
 
@@ -713,6 +715,43 @@ func OwnerOfSweep(subj string) (string, bool) {
 	}
 	return owner, true
 }
+
+// Event is where an event is published (sdk.Client.Signal) and kept, in
+// AX_EVENTS: ax.event.<event subject>, the event subject being a
+// wait_for's <subject>.<match> (task.ValidEventSubject).
+func Event(eventSubject string) string { return eventPrefix + eventSubject }
+
+// EventAll matches every event.
+const EventAll = "ax.event.>"
+
+// ParseEvent returns the event subject of an Event subject.
+func ParseEvent(subj string) (string, bool) {
+	es, ok := strings.CutPrefix(subj, eventPrefix)
+	return es, ok && es != ""
+}
+
+const eventPrefix = "ax.event."
+
+// EventWait marks an event task waiting for the events of eventSubject:
+// ax.eventwait.<event subject>.<id>. Kept in AX_HELD.
+func EventWait(eventSubject, id string) string { return eventWaitPrefix + eventSubject + "." + id }
+
+// EventWaiters matches the markers of the tasks waiting for eventSubject.
+func EventWaiters(eventSubject string) string { return eventWaitPrefix + eventSubject + ".*" }
+
+// EventWaitID returns the task id of an EventWait subject.
+func EventWaitID(subj string) (string, bool) {
+	dot := strings.LastIndexByte(subj, '.')
+	if !strings.HasPrefix(subj, eventWaitPrefix) || dot < 0 || dot == len(subj)-1 {
+		return "", false
+	}
+	return subj[dot+1:], true
+}
+
+// EventWaitAll matches every event task's marker.
+const EventWaitAll = "ax.eventwait.>"
+
+const eventWaitPrefix = "ax.eventwait."
 
 // SlotWaitAll matches every task waiting for a concurrency slot.
 const SlotWaitAll = "ax.slotwait.>"

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
 )
 
 // Options tune the declared streams.
@@ -140,11 +141,24 @@ func Streams(o Options) []jetstream.StreamConfig {
 		{
 			Name:              subject.StreamHeld,
 			Description:       "AX tasks held back by a paused type, an open circuit breaker or a concurrency limit",
-			Subjects:          []string{subject.HeldAll, subject.SlotWaitAll},
+			Subjects:          []string{subject.HeldAll, subject.SlotWaitAll, subject.EventWaitAll},
 			Retention:         jetstream.LimitsPolicy,
 			Storage:           jetstream.FileStorage,
 			Replicas:          r,
 			MaxMsgsPerSubject: 1,
+		},
+		{
+			Name:        subject.StreamEvents,
+			Description: "AX events that event tasks (wait_for) wait for: the latest event of each subject, kept 7 days",
+			Subjects:    []string{subject.EventAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    r,
+			// An event is the value of its subject: a later one replaces it.
+			MaxMsgsPerSubject: 1,
+			MaxAge:            EventMaxAge,
+			MaxMsgSize:        task.MaxEventData,
+			Duplicates:        dup,
 		},
 		{
 			Name:        subject.StreamAudit,
@@ -267,6 +281,11 @@ func Buckets(o Options) []jetstream.KeyValueConfig {
 // a dispatch of a cancelled task still queued after it would run (its
 // outcome ignored).
 const RevokedTTL = 7 * 24 * time.Hour
+
+// EventMaxAge is how long AX_EVENTS keeps an event: a task that registers
+// its wait_for later than this after the event's publication does not
+// find it.
+const EventMaxAge = 7 * 24 * time.Hour
 
 // ObjectStores returns the configuration of every object store AX uses.
 func ObjectStores(o Options) []jetstream.ObjectStoreConfig {
