@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ax-run/ax/internal/admission"
@@ -40,6 +41,7 @@ func (a fairAdmitter) Admit(ctx context.Context, tk *admission.Ticket) (admissio
 	if !a.q.queue(tk.Task, tk.Rev) {
 		return admission.Admit, nil
 	}
+	a.q.o.log.Debug("queued for its fairness key's turn", slog.String("task_id", tk.Task.ID))
 	if err := a.q.o.sweeps.add(ctx, tk.Task, a.q.o.instance, time.Time{}); err != nil {
 		return admission.Queue, fmt.Errorf("sweep: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -291,6 +292,7 @@ func (o *Orchestrator) dispatch(ctx context.Context, t task.Task, rev uint64) er
 	}
 	tk := admission.Ticket{Task: t, Rev: rev}
 	if v, err := o.admission.Admit(ctx, &tk); v != admission.Admit || err != nil {
+		o.log.Debug("admission", slog.String("task_id", t.ID), slog.String("verdict", v.String()), slog.Any("error", err))
 		if err != nil {
 			return fmt.Errorf("dispatch %s: %w", t.ID, err)
 		}

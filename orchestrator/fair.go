@@ -341,7 +341,9 @@ func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := q.o.publishDispatch(ctx, e.t, e.rev, false); err != nil && ctx.Err() == nil {
+			err := q.o.publishDispatch(ctx, e.t, e.rev, false)
+			q.o.log.Debug("dispatched from the fairness queue", slog.String("task_id", e.t.ID), slog.Any("error", err))
+			if err != nil && ctx.Err() == nil {
 				q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
 				if !q.add(e.t, e.rev) {
 					q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
@@ -412,7 +414,9 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 		return false, fmt.Errorf("ask the orchestrator that queued %s: %w", t.ID, err)
 	}
 	var r fairOwnerReply
-	if json.Unmarshal(reply.Data, &r) == nil && r.Queued {
+	_ = json.Unmarshal(reply.Data, &r)
+	o.log.Debug("asked the owner of a task queued for fairness", slog.String("task_id", t.ID), slog.String("owner", owner), slog.Bool("queued", r.Queued))
+	if r.Queued {
 		return true, o.armFairWatch(ctx, t, owner)
 	}
 	return false, nil

@@ -193,6 +193,7 @@ func (o *Orchestrator) admitKey(ctx context.Context, t task.Task, rev uint64) (h
 func (o *Orchestrator) waitForSlot(ctx context.Context, t task.Task, rev uint64, l task.KeyLimit, inUse, limit int) (bool, task.Task, uint64, error) {
 	why := fmt.Sprintf("%s%s reached (%d of %d dispatched or running): dispatched when a slot frees", slotHeldPrefix, t.ConcurrencyKey, inUse, limit)
 	again := sameHold(t.Reason, why)
+	o.log.Debug("held for a slot of its concurrency key", slog.String("task_id", t.ID), slog.Bool("again", again))
 	if !again {
 		o.metrics.DispatchHeld()
 		next := t
