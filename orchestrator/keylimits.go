@@ -352,7 +352,7 @@ func (o *Orchestrator) wakeAfterLimitChange(pattern string) {
 			}
 		}
 		for key := range keys {
-			o.wakeLater(key, nil, true)
+			o.wakeLater(key, nil, true, nil)
 		}
 	}()
 }

@@ -200,7 +200,8 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 	}
 	handOver = handOver && limited
 	var waiters []slotWaiter
-	asked, read, readFailed := 0, false, false
+	asked, read := 0, false
+	var readErr error // reading the waiters failed: another pass, after a pause
 	for range maxCASRetries {
 		s, rev, err := o.readSlots(ctx, key)
 		if err != nil {
@@ -238,8 +239,7 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 			if room > 0 && !read {
 				asked, read = min(room, maxHandOver), true
 				if waiters, err = o.slotWaiters(ctx, key, asked); err != nil {
-					readFailed = true
-					o.log.Warn("cannot read the tasks waiting for a slot; the next pass hands the slot over", slog.String("key", key), slog.Any("error", err))
+					readErr = err
 					waiters = nil
 				}
 			}
@@ -285,8 +285,11 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 			o.noteSlots(key, s, l)
 		}
 		// More may wait than were read, or the read failed: another pass.
-		again := handOver && room > 0 && (len(waiters) == asked || readFailed)
-		o.handedOver(key, waiters, handed, again)
+		again := handOver && room > 0 && (len(waiters) == asked || readErr != nil)
+		if !again {
+			readErr = nil
+		}
+		o.handedOver(key, waiters, handed, again, readErr)
 		return
 	}
 	fail(fmt.Errorf("change the slots of key %s: too many concurrent changes", key))
@@ -376,7 +379,7 @@ func (s *slotPickers) next(key string, eligible func(int) bool) int {
 // orchestrator's next reads of the waiters (another orchestrator finds it
 // holding a slot: stale). A crash before then leaves the markers (found
 // stale later) and the waiters' watches, which dispatch them.
-func (o *Orchestrator) handedOver(key string, waiters, handed []slotWaiter, again bool) {
+func (o *Orchestrator) handedOver(key string, waiters, handed []slotWaiter, again bool, readErr error) {
 	var due []slotWake
 	for _, w := range waiters {
 		switch {
@@ -387,7 +390,7 @@ func (o *Orchestrator) handedOver(key string, waiters, handed []slotWaiter, agai
 		}
 	}
 	if len(due) > 0 || again {
-		o.wakeLater(key, due, again)
+		o.wakeLater(key, due, again, readErr)
 	}
 }
 
@@ -429,7 +432,7 @@ func (o *Orchestrator) giveBack(ctx context.Context, t task.Task, kind slotKind)
 		return err
 	}
 	if !limited && op.ok {
-		o.wakeLater(t.ConcurrencyKey, nil, true) // the limit went: let the waiters go
+		o.wakeLater(t.ConcurrencyKey, nil, true, nil) // the limit went: let the waiters go
 	}
 	return nil
 }
@@ -459,7 +462,12 @@ const slotWakeWorkers = 16
 // goroutine per key at a time (later calls add to its work). The report
 // that freed a slot is applied without waiting, and a wake-up lost to a
 // crash or an error is made good by the waiters' watches.
-func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool) {
+//
+// readErr, with settle, says the hand-over that asked for it could not read
+// the waiters (the store is out): the settling waits first, 100 ms doubling
+// to slotSettlePauseMax while that goes on, so an outage does not turn the
+// hand-over into a loop of failing reads.
+func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool, readErr error) {
 	w := &o.slotWakes
 	w.mu.Lock()
 	if w.due == nil {
@@ -475,6 +483,9 @@ func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool) {
 	}
 	k.wakes = append(k.wakes, due...)
 	k.settle = k.settle || settle
+	if settle && readErr != nil {
+		k.readErr = readErr
+	}
 	w.mu.Unlock()
 	if running {
 		return
@@ -483,10 +494,11 @@ func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool) {
 	go func() {
 		defer o.bg.Done()
 		ctx := o.runCtx
+		var pause time.Duration // before the next settling, while the waiters cannot be read
 		for {
 			w.mu.Lock()
-			due, settle := k.wakes, k.settle
-			k.wakes, k.settle = nil, false
+			due, settle, readErr := k.wakes, k.settle, k.readErr
+			k.wakes, k.settle, k.readErr = nil, false, nil
 			if (len(due) == 0 && !settle) || ctx.Err() != nil {
 				delete(w.due, key)
 				for _, d := range due {
@@ -505,6 +517,18 @@ func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool) {
 				})
 			}
 			_ = g.Wait()
+			if settle && readErr != nil {
+				if pause == 0 {
+					o.log.Warn("cannot read the tasks waiting for a slot; handing the slot over again shortly", slog.String("key", key), slog.Any("error", readErr))
+				}
+				pause = min(max(2*pause, 100*time.Millisecond), slotSettlePauseMax)
+				select {
+				case <-ctx.Done():
+				case <-time.After(pause):
+				}
+			} else if settle {
+				pause = 0
+			}
 			if settle {
 				more, err := o.settleSlots(ctx, key)
 				if err != nil && ctx.Err() == nil {
@@ -564,9 +588,14 @@ func (w *slotWakes) handed(seq uint64) {
 // slotWakeDue is the work due for a key: markers to delete and tasks
 // handed a slot, and a settle.
 type slotWakeDue struct {
-	wakes  []slotWake
-	settle bool
+	wakes   []slotWake
+	settle  bool
+	readErr error // why the last hand-over could not read the waiters
 }
+
+// slotSettlePauseMax bounds the pause before settling a key's slots again
+// while its waiters cannot be read.
+const slotSettlePauseMax = 2 * time.Second
 
 // slotWake is a marker to delete (seq) and, when id is set, the task
 // handed a slot to dispatch.
