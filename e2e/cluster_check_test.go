@@ -27,13 +27,17 @@ type stall struct {
 	state task.State
 	d     time.Duration
 	since time.Time
+	// net is d less the times a stream the probe reads was out
+	// (leaderProbe): the part of the stall the store does not explain.
+	net time.Duration
 }
 
 func (s stall) String() string {
 	if s.id == "" {
 		return "none"
 	}
-	return fmt.Sprintf("%s (%s in %s from %s)", s.d.Round(time.Millisecond), s.id, s.state, s.since.Format("15:04:05.000"))
+	return fmt.Sprintf("%s (%s in %s from %s; %s net of store outages)", s.d.Round(time.Millisecond), s.id, s.state,
+		s.since.Format("15:04:05.000"), s.net.Round(time.Millisecond))
 }
 
 // clusterFindings are the results of checking every history.
@@ -48,8 +52,10 @@ type clusterFindings struct {
 	// unfinished upstreams included); longest: not counting a wait for
 	// upstreams or shards that had not ended yet.
 	longestRaw, longest stall
-	top                 []stall
-	byState             map[task.State]stall // longest per state, as longest
+	// longestNet: as longest, ranked by the stall net of store outages.
+	longestNet stall
+	top        []stall
+	byState    map[task.State]stall // longest per state, as longest
 	// slotWait: the longest a ready task waited for a slot of its
 	// concurrency key (its last event "held: concurrency limit of key
 	// … reached"), which longest leaves out: a key at its limit holds its
@@ -62,9 +68,11 @@ type clusterFindings struct {
 func isClusterTask(id string) bool { return strings.HasPrefix(id, clusterPrefix+"-") }
 
 // checkClusterHistories checks the invariants of every workload task's
-// history; now ends the stall of tasks still unfinished.
+// history; now ends the stall of tasks still unfinished. outages are the
+// spans when a probed stream was out (sorted, disjoint), which each
+// stall's net leaves out.
 func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]time.Time, all map[string][]store.Revisioned,
-	dlq map[string]int, now time.Time) *clusterFindings {
+	dlq map[string]int, now time.Time, outages []interval) *clusterFindings {
 	t.Helper()
 	f := &clusterFindings{states: make(map[task.State]int), byState: make(map[task.State]stall)}
 	fail := func(id, format string, args ...any) {
@@ -272,6 +280,7 @@ func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]ti
 				}
 				s.d = end.Sub(s.since)
 			}
+			s.net = s.d - overlap(outages, s.since, s.since.Add(s.d))
 			if held := "held: concurrency limit of key "; ev.To == task.Ready && (strings.HasPrefix(ev.Reason, held) || strings.HasPrefix(ev.Task.Reason, held)) {
 				if s.d > f.slotWait.d {
 					f.slotWait = s
@@ -281,6 +290,9 @@ func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]ti
 			f.top = append(f.top, s)
 			if s.d > f.longest.d {
 				f.longest = s
+			}
+			if s.net > f.longestNet.net {
+				f.longestNet = s
 			}
 			if s.d > f.byState[s.state].d {
 				f.byState[s.state] = s

@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,48 +16,60 @@ import (
 	"github.com/ax-run/ax/internal/subject"
 )
 
-// leaderProbe measures how long AX_TASKS could not answer a leader read
-// during the faults: it reads one subject's last message (a leader read on
-// a replicated stream; "not found" is an answer) every probeEvery through
-// each node's connection, and keeps the times any of them was answered. The
-// longest gap between answers is the store's own outage as the best-placed
-// client saw it, to set beside the tasks' longest stall: a task cannot move
-// while its stream has no leader.
-//
-// Each tick reads twice: as the jetstream package does (the first answer
-// taken) and as AX does (internal/leaderget: past a member's "unavailable"
-// while the leader answers); the refusals of each are counted.
+// leaderProbe measures how long each stream a task's progress depends on
+// could not answer a leader read during the faults: it reads one subject's
+// last message in each (a leader read on a replicated stream; "not found"
+// is an answer) every probeEvery through each node's connection, as AX
+// reads (internal/leaderget), and keeps the times any of them was
+// answered. The longest gap between answers is the stream's own outage as
+// the best-placed client saw it. A task cannot move while a stream its
+// next step needs has no leader, so the tasks' stalls are also measured
+// net of the times any probed stream was out (stall.net).
 type leaderProbe struct {
 	mu       sync.Mutex
-	answered []time.Time // AX's reads (leaderget)
-	plainAt  []time.Time // the jetstream package's reads
+	answered map[string][]time.Time // by stream
 	reads    int
-	refused  int // AX's reads not answered
-	plainNo  int // the jetstream package's reads not answered
+	refused  int
 	stop     chan struct{}
 	done     sync.WaitGroup
 }
 
 const probeEvery = 200 * time.Millisecond
 
+// probeOutageMin is the shortest gap between answers counted as an outage:
+// a few probe ticks, so one slow read under load is not one.
+const probeOutageMin = time.Second
+
+// probedStreams are the streams probed, each with a subject of its own:
+// the task histories, the timers, the concurrency slots, the held tasks'
+// markers, the dependency edges and the submissions.
+var probedStreams = []struct{ stream, subject string }{
+	{subject.StreamTasks, subject.TaskEvents("e2e-leader-probe")},
+	{subject.StreamTimers, "ax.timer.e2e.probe"},
+	{"KV_AX_SLOTS", "$KV.AX_SLOTS.e2e-probe"},
+	{subject.StreamHeld, "ax.held.e2e-probe"},
+	{subject.StreamEdges, "ax.edge.e2e.probe"},
+	{subject.StreamSubmit, "task.submit.e2e-probe"},
+}
+
 func startLeaderProbe(readers []jetstream.JetStream) *leaderProbe {
-	p := &leaderProbe{stop: make(chan struct{})}
+	p := &leaderProbe{stop: make(chan struct{}), answered: map[string][]time.Time{}}
 	for _, js := range readers {
-		p.done.Add(1)
-		go func() {
-			defer p.done.Done()
-			p.run(js)
-		}()
+		for _, s := range probedStreams {
+			p.done.Add(1)
+			go func() {
+				defer p.done.Done()
+				p.run(js, s.stream, s.subject)
+			}()
+		}
 	}
 	return p
 }
 
-func (p *leaderProbe) run(js jetstream.JetStream) {
+func (p *leaderProbe) run(js jetstream.JetStream, stream, subj string) {
 	tick := time.NewTicker(probeEvery)
 	defer tick.Stop()
-	subj := subject.TaskEvents("e2e-leader-probe")
 	reader := leaderget.New(js)
-	var st jetstream.Stream
 	for {
 		select {
 		case <-p.stop:
@@ -62,29 +77,13 @@ func (p *leaderProbe) run(js jetstream.JetStream) {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		var err error
-		if st == nil {
-			st, err = js.Stream(ctx, subject.StreamTasks)
-		}
-		if err == nil {
-			_, err = st.GetLastMsgForSubject(ctx, subj)
-		}
+		_, err := reader.Last(ctx, stream, subj)
 		cancel()
-		plain := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
-		plainEnd := time.Now()
-		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = reader.Last(ctx, subject.StreamTasks, subj)
-		cancel()
-		ax := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		ok := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
 		p.mu.Lock()
 		p.reads++
-		if plain {
-			p.plainAt = append(p.plainAt, plainEnd)
-		} else {
-			p.plainNo++
-		}
-		if ax {
-			p.answered = append(p.answered, time.Now())
+		if ok {
+			p.answered[stream] = append(p.answered[stream], time.Now())
 		} else {
 			p.refused++
 		}
@@ -92,13 +91,17 @@ func (p *leaderProbe) run(js jetstream.JetStream) {
 	}
 }
 
-// probeFigures is what the probe saw from `from` to `to`: the longest gap
-// between answers to AX's reads and when it began, the same for the
-// jetstream package's reads, and the reads each refused.
+// interval is a span of time.
+type interval struct{ from, to time.Time }
+
+// probeFigures is what the probe saw from `from` to `to`: each stream's
+// longest gap between answers and when it began, every gap of at least
+// probeOutageMin of any stream (merged: the times some probed stream was
+// out), and the reads made and refused.
 type probeFigures struct {
-	outage, plainOutage     time.Duration
-	outageAt, plainOutageAt time.Time
-	reads, refused, plainNo int
+	longest        map[string]interval
+	outages        []interval
+	reads, refused int
 }
 
 // figures stops the probe and returns its figures from `from` to `to`.
@@ -107,18 +110,51 @@ func (p *leaderProbe) figures(from, to time.Time) probeFigures {
 	p.done.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	f := probeFigures{reads: p.reads, refused: p.refused, plainNo: p.plainNo}
-	f.outage, f.outageAt = longestGap(p.answered, from, to)
-	f.plainOutage, f.plainOutageAt = longestGap(p.plainAt, from, to)
+	f := probeFigures{longest: map[string]interval{}, reads: p.reads, refused: p.refused}
+	var all []interval
+	for _, s := range probedStreams {
+		gaps := answerGaps(p.answered[s.stream], from, to)
+		for _, g := range gaps {
+			if d := g.to.Sub(g.from); d > f.longest[s.stream].to.Sub(f.longest[s.stream].from) {
+				f.longest[s.stream] = g
+			}
+			if g.to.Sub(g.from) >= probeOutageMin {
+				all = append(all, g)
+			}
+		}
+	}
+	f.outages = mergeIntervals(all)
 	return f
 }
 
-// longestGap returns the longest time between answers from `from` to
-// `to`, and when it began.
-func longestGap(answered []time.Time, from, to time.Time) (time.Duration, time.Time) {
+// render lists each stream's longest outage, longest first.
+func (f probeFigures) render() string {
+	type row struct {
+		stream string
+		in     interval
+	}
+	var rows []row
+	for _, s := range probedStreams {
+		rows = append(rows, row{s.stream, f.longest[s.stream]})
+	}
+	slices.SortStableFunc(rows, func(a, b row) int { return cmp.Compare(b.in.to.Sub(b.in.from), a.in.to.Sub(a.in.from)) })
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %s from %s", r.stream, r.in.to.Sub(r.in.from).Round(time.Millisecond), r.in.from.Format("15:04:05.000")))
+	}
+	var total time.Duration
+	for _, o := range f.outages {
+		total += o.to.Sub(o.from)
+	}
+	return fmt.Sprintf("%s; some probed stream out (gaps ≥ %s) %s in all, in %d spans", strings.Join(parts, ", "), probeOutageMin, total.Round(time.Millisecond), len(f.outages))
+}
+
+// answerGaps returns the gaps between answers from `from` to `to`.
+func answerGaps(answered []time.Time, from, to time.Time) []interval {
 	times := slices.Clone(answered)
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
-	last, longest, began := from, time.Duration(0), from
+	var gaps []interval
+	last := from
 	for _, at := range append(times, to) {
 		if at.Before(from) {
 			continue
@@ -126,13 +162,48 @@ func longestGap(answered []time.Time, from, to time.Time) (time.Duration, time.T
 		if at.After(to) {
 			at = to
 		}
-		if gap := at.Sub(last); gap > longest {
-			longest, began = gap, last
+		if at.After(last) {
+			gaps = append(gaps, interval{last, at})
 		}
 		last = at
 		if !last.Before(to) {
 			break
 		}
 	}
-	return longest, began
+	return gaps
+}
+
+// mergeIntervals returns the union of spans, sorted and disjoint.
+func mergeIntervals(in []interval) []interval {
+	in = slices.Clone(in)
+	slices.SortFunc(in, func(a, b interval) int { return a.from.Compare(b.from) })
+	var out []interval
+	for _, s := range in {
+		if n := len(out); n > 0 && !s.from.After(out[n-1].to) {
+			if s.to.After(out[n-1].to) {
+				out[n-1].to = s.to
+			}
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// overlap returns how much of [from, to) the disjoint, sorted spans cover.
+func overlap(spans []interval, from, to time.Time) time.Duration {
+	var d time.Duration
+	for _, s := range spans {
+		a, b := s.from, s.to
+		if a.Before(from) {
+			a = from
+		}
+		if b.After(to) {
+			b = to
+		}
+		if b.After(a) {
+			d += b.Sub(a)
+		}
+	}
+	return d
 }

@@ -170,7 +170,7 @@ func TestCluster(t *testing.T) {
 		dlq, err = deadLetterCounts(ctx, js)
 		return err
 	})
-	f := checkClusterHistories(t, w, acked, all, dlq, settledAt)
+	f := checkClusterHistories(t, w, acked, all, dlq, settledAt, pf.outages)
 	peaks := checkKeyConcurrency(t, all, clusterKeyLimit)
 	checkMirror(t, r, db, all, 2*time.Minute)
 	r.counter.scrapeAll()
@@ -212,8 +212,9 @@ func TestCluster(t *testing.T) {
   violations:     %d history invariant violations
   key limits:     most attempts of one tenant at once %v (limit %d)
   longest stall:  %s (not counting waits for unfinished upstreams or shards, or for a slot of a concurrency key)
-  store outage:   %s from %s (the longest AX_TASKS went without answering a leader read, probed every %s through every node, until healed); reads as the jetstream package's: %s from %s
-  probe reads:    %d; refused %d as AX reads (internal/leaderget), %d as the jetstream package's (a member's "unavailable" taken first)
+  net of outages: %s (the longest stall less the times a probed stream was out)
+  store outage:   %s (the longest each stream went without answering a leader read, probed every %s through every node, until healed)
+  probe reads:    %d; refused %d
   slot wait:      %s (the longest wait for a slot of a concurrency key)
   raw stall:      %s (any unfinished task without an event)
   by state:       %s
@@ -223,17 +224,18 @@ func TestCluster(t *testing.T) {
   takeovers:      %d; dead letters %d; crashes (unexpected exits) %v
   durations:      total %s; submission and faults %s; heal → settled %s (%s); %.0f tasks/s from the first submission to settled
   longest stall's history (%s):
+%s
+  longest net stall's history (%s):
 %s`,
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
 		stuckLine, len(f.missing), f.violations, peaks, clusterKeyLimit,
-		f.longest, pf.outage.Round(time.Millisecond), pf.outageAt.Format("15:04:05.000"), probeEvery,
-		pf.plainOutage.Round(time.Millisecond), pf.plainOutageAt.Format("15:04:05.000"), pf.reads, pf.refused, pf.plainNo, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
+		f.longest, f.longestNet, pf.render(), probeEvery, pf.reads, pf.refused, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
 		settledAt.Sub(healed).Round(time.Second), settled, float64(f.tasks+f.shards)/settledAt.Sub(phaseStart).Seconds(),
-		f.longest.id, describe(all[f.longest.id]))
+		f.longest.id, describe(all[f.longest.id]), f.longestNet.id, describe(all[f.longestNet.id]))
 }
 
 // warmUp runs one demo.noop and waits until it succeeded, so every part is
