@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,6 +119,10 @@ type expect struct {
 	// Sleeps: the durable sleeps in its history (transitions to
 	// retrying that spent no attempt).
 	Sleeps *int `json:"sleeps"`
+	// Lost: how often a step of its handler was refused lost (the
+	// attempt no longer the executor's), each with the handler's
+	// cancellation signal fired.
+	Lost *int `json:"lost"`
 }
 
 // expectStep is a durable step (or sleep) the record must hold.
@@ -252,6 +257,22 @@ func (r *scenarioRun) do(ctx context.Context, s step) error {
 	case "await_blocked":
 		_, err := r.awaitEvent(ctx, "blocked", s)
 		return err
+	case "await_lost":
+		_, err := r.awaitEvent(ctx, "lost", s)
+		return err
+	case "sigstop", "sigcont":
+		p := r.execs[s.Executor]
+		if p == nil {
+			return fmt.Errorf("no executor %q", s.Executor)
+		}
+		sig := syscall.SIGSTOP
+		if s.Do == "sigcont" {
+			sig = syscall.SIGCONT
+		}
+		return p.cmd.Process.Signal(sig)
+	case "release":
+		// Lets a handler paused after a step (pause_after) go on.
+		return r.e.nc.Publish("conformance.release."+r.ids[s.Task], nil)
 	case "signal":
 		subj := strings.ReplaceAll(s.Subject, "$scope", r.scope)
 		rep, err := r.pr.call(ctx, map[string]any{"op": "signal", "subject": subj, "data": s.Data, "timeout_ms": 30000})
@@ -604,6 +625,20 @@ func (r *scenarioRun) check(ctx context.Context, x expect) {
 	}
 	if x.Steps != nil {
 		r.checkSteps(x.Task, last, x.Steps)
+	}
+	if x.Lost != nil {
+		n := 0
+		for _, ev := range evs {
+			if ev.Event == "lost" {
+				n++
+				if ev.Reason != "handler aborted" {
+					t.Errorf("%s: a step refused lost on %s, but %s", x.Task, ev.Executor, ev.Reason)
+				}
+			}
+		}
+		if n != *x.Lost {
+			t.Errorf("%s: %d steps refused lost, want %d", x.Task, n, *x.Lost)
+		}
 	}
 	if x.Sleeps != nil {
 		n := 0

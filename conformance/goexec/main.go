@@ -111,6 +111,7 @@ type step struct {
 	BlockAfter string   `json:"block_after"`
 	SleepAfter string   `json:"sleep_after"`
 	BigStep    string   `json:"big_step"`
+	PauseAfter string   `json:"pause_after"`
 }
 
 // stepValue is what a "durable" step's fn returns (pad: big_step's bytes).
@@ -236,6 +237,14 @@ func runExecutor(ctx context.Context) error {
 					}
 					return sv, nil
 				})
+				if errors.Is(err, executor.ErrAttemptLost) {
+					e := ev
+					e.Event, e.Step, e.Reason = "lost", name, "handler not aborted"
+					if ctx.Err() != nil {
+						e.Reason = "handler aborted"
+					}
+					emit(e)
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -249,6 +258,20 @@ func runExecutor(ctx context.Context) error {
 					emit(e)
 					<-ctx.Done()
 					return nil, aborted()
+				case ran && name == s.PauseAfter:
+					// Paused (not aborted) until the suite's release.
+					sub, err := nc.SubscribeSync("conformance.release." + job.ID)
+					if err != nil {
+						return nil, err
+					}
+					e := ev
+					e.Event, e.Step = "blocked", name
+					emit(e)
+					_, err = sub.NextMsgWithContext(ctx)
+					_ = sub.Unsubscribe()
+					if err != nil {
+						return nil, aborted()
+					}
 				case name == s.SleepAfter:
 					if err := job.Sleep(ctx, time.Duration(s.MS)*time.Millisecond); err != nil {
 						return nil, err

@@ -10,6 +10,7 @@
 import { createInterface } from "node:readline";
 import {
   AESGCM,
+  AttemptLostError,
   CancelError,
   acceptClear,
   Client,
@@ -38,6 +39,7 @@ interface Step {
   block_after?: string;
   sleep_after?: string;
   big_step?: string;
+  pause_after?: string;
 }
 
 /** What a "durable" step's fn returns (pad: big_step's bytes). */
@@ -142,11 +144,19 @@ async function runExecutor(): Promise<void> {
         const out: { step: string; attempt: number; pad_bytes: number }[] = [];
         for (const name of s.names ?? []) {
           let ran = false;
-          const v = await job.step<StepValue>(name, () => {
-            ran = true;
-            emit({ event: "step_ran", ...ev, step: name });
-            return { step: name, attempt: job.attempt, ...(name === s.big_step ? { pad: "x".repeat(s.bytes ?? 0) } : {}) };
-          });
+          let v: StepValue;
+          try {
+            v = await job.step<StepValue>(name, () => {
+              ran = true;
+              emit({ event: "step_ran", ...ev, step: name });
+              return { step: name, attempt: job.attempt, ...(name === s.big_step ? { pad: "x".repeat(s.bytes ?? 0) } : {}) };
+            });
+          } catch (e) {
+            if (e instanceof AttemptLostError) {
+              emit({ event: "lost", ...ev, step: name, reason: job.signal.aborted ? "handler aborted" : "handler not aborted" });
+            }
+            throw e;
+          }
           out.push({ step: v.step, attempt: v.attempt, pad_bytes: v.pad?.length ?? 0 });
           if (ran && (s.fail_after ?? []).includes(name)) throw new Error(`crash after ${name}`);
           if (ran && name === s.block_after) {
@@ -156,6 +166,22 @@ async function runExecutor(): Promise<void> {
               job.signal.addEventListener("abort", () => resolve(), { once: true });
             });
             throw aborted();
+          }
+          if (ran && name === s.pause_after) {
+            // Paused (not aborted) until the suite's release.
+            const sub = nc.subscribe(`conformance.release.${job.id}`, { max: 1 });
+            emit({ event: "blocked", ...ev, step: name });
+            const released = (async () => {
+              for await (const _ of sub) return true;
+              return false;
+            })();
+            const abort = new Promise<boolean>((resolve) => {
+              if (job.signal.aborted) return resolve(false);
+              job.signal.addEventListener("abort", () => resolve(false), { once: true });
+            });
+            const ok = await Promise.race([released, abort]);
+            sub.unsubscribe();
+            if (!ok) throw aborted();
           }
           if (name === s.sleep_after) await job.sleep(s.ms ?? 0);
         }
