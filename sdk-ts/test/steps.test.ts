@@ -48,7 +48,7 @@ before(async () => {
       count(`${job.id}/send`);
       return { sent: job.attempt };
     });
-    return { a, b: b.length, last: b.slice(-1), c };
+    return { a, b: b.length, last: b.slice(-1), c, known: job.steps().map((s) => s.name) };
   });
   ex.handle("steps.nap", async (job) => {
     count(`${job.id}/handler`);
@@ -94,10 +94,10 @@ after(async () => {
 
 test("a step runs once across retries; later attempts get its stored result (inline and from the object store)", async () => {
   const id = await client.submit({ type: "steps.retry", capability: CAP, max_retries: 2 });
-  const t = await client.wait<{ a: number; b: number; last: string; c: { sent: number } }>(id, { timeoutMs: 60_000 });
+  const t = await client.wait<{ a: number; b: number; last: string; c: { sent: number }; known: string[] }>(id, { timeoutMs: 60_000 });
   assert.equal(t.state, "succeeded", t.reason);
   assert.equal(t.attempt, 3);
-  assert.deepEqual(t.result, { a: 41, b: big.length + 1, last: "2", c: { sent: 3 } });
+  assert.deepEqual(t.result, { a: 41, b: big.length + 1, last: "2", c: { sent: 3 }, known: ["charge", "render", "send"] });
   for (const s of ["charge", "render", "send"]) assert.equal(runs.get(`${id}/${s}`), 1, `step ${s} ran ${runs.get(`${id}/${s}`)} times`);
   const steps = t.steps ?? [];
   assert.deepEqual(
