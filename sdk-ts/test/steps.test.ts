@@ -14,8 +14,10 @@ import {
   type TaskRecord,
 } from "../src/index.js";
 import { startAX, type AX } from "./ax.js";
+import { orderIDs, pay, register, submitOrder, Warehouse } from "../examples/orderworkflow.js";
 
 let ax: AX;
+const warehouse = new Warehouse(new Map([["book", 10]]));
 let client: Client;
 let ex: Executor;
 const runs = new Map<string, number>();
@@ -82,7 +84,8 @@ before(async () => {
       throw e;
     }
   });
-  ex.handle("order.ship", async (job) => ({ shipped: await job.upstreamResult<{ paid: number }>(job.dependsOn[0] as string) }));
+  ex.handle("evt.ship", async (job) => ({ shipped: await job.upstreamResult<{ paid: number }>(job.dependsOn[0] as string) }));
+  register(ex, warehouse);
   await ex.start(AbortSignal.timeout(30_000));
 });
 
@@ -192,10 +195,10 @@ test("an event task succeeds with the signal's data, published before or after i
   const seq = await client.signal(`payment.${early}`, { paid: 1 });
   assert.ok(seq > 0);
   const ids = await client.submitGraph([
-    { id: `pay-${early}`, type: "order.payment", capability: CAP, wait_for: { subject: "payment", match: early, timeout: "1m" } },
-    { id: `ship-${early}`, type: "order.ship", capability: CAP, depends_on: [`pay-${early}`] },
-    { id: `pay-${late}`, type: "order.payment", capability: CAP, wait_for: { subject: "payment", match: late, timeout: 60_000 } },
-    { id: `ship-${late}`, type: "order.ship", capability: CAP, depends_on: [`pay-${late}`] },
+    { id: `pay-${early}`, type: "evt.payment", capability: CAP, wait_for: { subject: "payment", match: early, timeout: "1m" } },
+    { id: `ship-${early}`, type: "evt.ship", capability: CAP, depends_on: [`pay-${early}`] },
+    { id: `pay-${late}`, type: "evt.payment", capability: CAP, wait_for: { subject: "payment", match: late, timeout: 60_000 } },
+    { id: `ship-${late}`, type: "evt.ship", capability: CAP, depends_on: [`pay-${late}`] },
   ]);
   assert.equal(ids.length, 4);
   const e1 = await client.wait(`pay-${early}`, { timeoutMs: 60_000 });
@@ -223,7 +226,7 @@ test("an event task succeeds with the signal's data, published before or after i
 });
 
 test("an event task without its event expires at its timeout", async () => {
-  const id = await client.submit({ type: "order.payment", capability: CAP, wait_for: { subject: "payment", match: `never${Date.now()}`, timeout: 500 } });
+  const id = await client.submit({ type: "evt.payment", capability: CAP, wait_for: { subject: "payment", match: `never${Date.now()}`, timeout: 500 } });
   const t = await client.wait(id, { timeoutMs: 60_000 });
   assert.equal(t.state, "expired");
   assert.match(t.reason ?? "", /passed while waiting/);
@@ -233,4 +236,33 @@ test("signal refuses a bad subject and oversized data", async () => {
   await assert.rejects(client.signal("payment", 1), /not an event subject/);
   await assert.rejects(client.signal("pay ment.x", 1), /not an event subject/);
   await assert.rejects(client.signal("payment.x", "y".repeat(16 << 10)), /bytes of data exceed the limit of 16384/);
+});
+
+test("the order workflow example: a paid order ships with its payment, an unpaid one expires and is released", async () => {
+  const paid = { id: `ts-paid-${Date.now()}`, sku: "book", qty: 2 };
+  const unpaid = { id: `ts-unpaid-${Date.now()}`, sku: "book", qty: 3 };
+  await submitOrder(client, paid, "1m", CAP);
+  await submitOrder(client, unpaid, 500, CAP);
+  await pay(client, paid.id, { amount: 24, ref: "card-1" });
+  const ended = async (id: string) => client.wait(id, { timeoutMs: 60_000 });
+  let ids = orderIDs(paid.id);
+  assert.deepEqual((await ended(ids.reserve)).result, { hold: `hold-${paid.id}`, total: 24 });
+  assert.deepEqual((await ended(ids.payment)).result, { amount: 24, ref: "card-1" });
+  const ship = await ended(ids.ship);
+  assert.equal(ship.state, "succeeded", ship.reason);
+  assert.deepEqual(ship.result, { tracking: `track-${paid.id}`, paid: { amount: 24, ref: "card-1" } });
+  const rel = await ended(ids.release);
+  assert.equal(rel.state, "cancelled");
+  assert.match(rel.reason ?? "", /any_failed: no upstream failed/);
+  ids = orderIDs(unpaid.id);
+  assert.equal((await ended(ids.reserve)).state, "succeeded");
+  const p = await ended(ids.payment);
+  assert.equal(p.state, "expired");
+  assert.ok(p.event_wait_since, "it waited for its event");
+  assert.equal((await ended(ids.ship)).state, "cancelled");
+  const r = await ended(ids.release);
+  assert.equal(r.state, "succeeded", r.reason);
+  assert.equal(r.result, "released 3 of book: payment expired");
+  assert.deepEqual(warehouse.calls, { reserve: 2, ship: 1, release: 1 });
+  assert.equal(warehouse.stock.get("book"), 8);
 });
