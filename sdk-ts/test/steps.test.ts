@@ -25,12 +25,23 @@ const count = (k: string) => runs.set(k, (runs.get(k) ?? 0) + 1);
 const big = "x".repeat(STEP_INLINE_LIMIT + 100);
 const CAP = "ts-steps";
 const gates = new Map<string, () => void>();
+const notStored: string[] = [];
 const lostErrors = new Map<string, string>();
 
 before(async () => {
   ax = await startAX();
   client = await Client.connect({ servers: ax.url });
-  ex = await Executor.connect({ servers: ax.url }, { capabilities: [CAP], capacity: 8, ackWaitMs: 3000 });
+  ex = await Executor.connect(
+    { servers: ax.url },
+    {
+      capabilities: [CAP],
+      capacity: 8,
+      ackWaitMs: 3000,
+      log: (_level, msg, f) => {
+        if (msg === "step not stored yet; asking again") notStored.push(String(f?.task_id));
+      },
+    },
+  );
   // Fails after its first step in attempt 1 and after its second in
   // attempt 2: each step's fn must run once, later attempts get the
   // stored results (inline, and one over the inline limit from the
@@ -84,6 +95,13 @@ before(async () => {
       throw e;
     }
   });
+  ex.handle("steps.gated", (job) =>
+    job.step("slow", async () => {
+      count(`${job.id}/slow`);
+      await new Promise<void>((r) => gates.set(job.id, r));
+      return "stored late";
+    }),
+  );
   ex.handle("evt.ship", async (job) => ({ shipped: await job.upstreamResult<{ paid: number }>(job.dependsOn[0] as string) }));
   register(ex, warehouse);
   await ex.start(AbortSignal.timeout(30_000));
@@ -185,6 +203,30 @@ test("a step of an attempt that is no longer the executor's is refused lost and 
   assert.deepEqual(
     (t.steps ?? []).map((s) => s.name),
     ["one"],
+  );
+});
+
+test("a step asked while no orchestrator answers is asked again until one does: stored once, fn run once", async () => {
+  const id = await client.submit({ type: "steps.gated", capability: CAP });
+  for (let i = 0; i < 800 && !gates.has(id); i++) await new Promise((r) => setTimeout(r, 25));
+  assert.ok(gates.has(id), "the step's fn runs");
+  await ax.killOrchestrator();
+  try {
+    gates.get(id)?.();
+    // The executor asks, hears nothing, and says it asks again.
+    for (let i = 0; i < 2000 && !notStored.includes(id); i++) await new Promise((r) => setTimeout(r, 25));
+    assert.ok(notStored.includes(id), "the step was asked again");
+  } finally {
+    ax.startOrchestrator();
+  }
+  const t = await client.wait(id, { timeoutMs: 60_000 });
+  assert.equal(t.state, "succeeded", t.reason);
+  assert.equal(t.attempt, 1);
+  assert.equal(t.result, "stored late");
+  assert.equal(runs.get(`${id}/slow`), 1);
+  assert.deepEqual(
+    (t.steps ?? []).map((s) => [s.name, s.result]),
+    [["slow", "stored late"]],
   );
 });
 
