@@ -16,4 +16,7 @@ type Event struct {
 	Priority    int    `json:"priority"`
 	Run         int    `json:"run"`
 	Reason      string `json:"reason,omitempty"`
+	// Step names the durable step whose fn ran ("step_ran") or after
+	// which the handler blocks ("blocked").
+	Step string `json:"step,omitempty"`
 }

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +75,10 @@ type step struct {
 	// the refusal's code when the cancel must be refused.
 	State string `json:"state"`
 	Code  string `json:"code"`
+	// Subject and Data are a "signal" step's event ("$scope" in Subject
+	// replaced as in specs), published through the producer.
+	Subject string          `json:"subject"`
+	Data    json.RawMessage `json:"data"`
 }
 
 // expect is what a task's history must show once it ended.
@@ -105,6 +111,30 @@ type expect struct {
 	// PayloadEncoded: the record holds the payload encoded (an "ax_codec"
 	// object) that the suite's Go codec decodes to the spec's payload.
 	PayloadEncoded bool `json:"payload_encoded"`
+	// StepRuns: how often each durable step's fn ran (its "step_ran"
+	// events, of every executor process), and no other step's fn ran.
+	StepRuns map[string]int `json:"step_runs"`
+	// Steps: the record's durable steps and sleeps, in order.
+	Steps []expectStep `json:"steps"`
+	// Sleeps: the durable sleeps in its history (transitions to
+	// retrying that spent no attempt).
+	Sleeps *int `json:"sleeps"`
+	// Lost: how often a step of its handler was refused lost (the
+	// attempt no longer the executor's), each with the handler's
+	// cancellation signal fired.
+	Lost *int `json:"lost"`
+}
+
+// expectStep is a durable step (or sleep) the record must hold.
+type expectStep struct {
+	Name     string `json:"name"`
+	Attempt  int    `json:"attempt"`
+	Executor string `json:"executor"`
+	// ResultObject: its result is in the object store, named as the
+	// contract says (steps/<id>/<execution_id>/<h>), with a digest.
+	ResultObject bool `json:"result_object"`
+	// SleepUntil: a sleep, with its end.
+	SleepUntil bool `json:"sleep_until"`
 }
 
 // ordered says every task in Before started before every task in After.
@@ -224,6 +254,36 @@ func (r *scenarioRun) do(ctx context.Context, s step) error {
 	case "await_aborted":
 		_, err := r.awaitEvent(ctx, "aborted", s)
 		return err
+	case "await_blocked":
+		_, err := r.awaitEvent(ctx, "blocked", s)
+		return err
+	case "await_lost":
+		_, err := r.awaitEvent(ctx, "lost", s)
+		return err
+	case "sigstop", "sigcont":
+		p := r.execs[s.Executor]
+		if p == nil {
+			return fmt.Errorf("no executor %q", s.Executor)
+		}
+		sig := syscall.SIGSTOP
+		if s.Do == "sigcont" {
+			sig = syscall.SIGCONT
+		}
+		return p.cmd.Process.Signal(sig)
+	case "release":
+		// Lets a handler paused after a step (pause_after) go on.
+		return r.e.nc.Publish("conformance.release."+r.ids[s.Task], nil)
+	case "signal":
+		subj := strings.ReplaceAll(s.Subject, "$scope", r.scope)
+		rep, err := r.pr.call(ctx, map[string]any{"op": "signal", "subject": subj, "data": s.Data, "timeout_ms": 30000})
+		if err != nil {
+			return fmt.Errorf("signal %s: %w", subj, err)
+		}
+		var seq uint64
+		if err := json.Unmarshal(rep["seq"], &seq); err != nil || seq == 0 {
+			return fmt.Errorf("signal %s replied seq %s", subj, rep["seq"])
+		}
+		return nil
 	case "cancel":
 		rep, err := r.pr.call(ctx, map[string]any{"op": "cancel", "id": r.ids[s.Task], "reason": s.Reason, "timeout_ms": 30000})
 		if s.Code != "" {
@@ -290,15 +350,12 @@ func (r *scenarioRun) stopExecutors() {
 
 // spec is a task's spec as the producer submits it.
 func (r *scenarioRun) spec(td taskDef) map[string]any {
+	// "$scope" is unique to this run of the scenario (unique keys are
+	// per type, and event subjects global, shared by every adapter's run),
+	// replaced at any depth.
+	raw, _ := json.Marshal(td.Spec)
 	s := map[string]any{}
-	for k, v := range td.Spec {
-		if str, ok := v.(string); ok {
-			// "$scope" is unique to this run of the scenario (unique keys
-			// are per type, shared by every adapter's run).
-			v = strings.ReplaceAll(str, "$scope", r.scope)
-		}
-		s[k] = v
-	}
+	_ = json.Unmarshal([]byte(strings.ReplaceAll(string(raw), "$scope", r.scope)), &s)
 	if _, ok := s["type"]; !ok {
 		s["type"] = "conf.behave"
 	}
@@ -555,6 +612,46 @@ func (r *scenarioRun) check(ctx context.Context, x expect) {
 	if x.PayloadEncoded {
 		r.checkEncoded(ctx, x.Task, last.Payload)
 	}
+	if x.StepRuns != nil {
+		got := map[string]int{}
+		for _, ev := range evs {
+			if ev.Event == "step_ran" {
+				got[ev.Step]++
+			}
+		}
+		if !maps.Equal(got, x.StepRuns) {
+			t.Errorf("%s: its steps' fns ran %v, want %v", x.Task, got, x.StepRuns)
+		}
+	}
+	if x.Steps != nil {
+		r.checkSteps(x.Task, last, x.Steps)
+	}
+	if x.Lost != nil {
+		n := 0
+		for _, ev := range evs {
+			if ev.Event == "lost" {
+				n++
+				if ev.Reason != "handler aborted" {
+					t.Errorf("%s: a step refused lost on %s, but %s", x.Task, ev.Executor, ev.Reason)
+				}
+			}
+		}
+		if n != *x.Lost {
+			t.Errorf("%s: %d steps refused lost, want %d", x.Task, n, *x.Lost)
+		}
+	}
+	if x.Sleeps != nil {
+		n := 0
+		for _, h := range hist {
+			ev := h.Event
+			if ev.Kind == task.KindTransition && ev.To == task.Retrying && strings.Contains(ev.Reason, "no attempt spent") {
+				n++
+			}
+		}
+		if n != *x.Sleeps {
+			t.Errorf("%s: %d durable sleeps in its history, want %d:\n%s", x.Task, n, *x.Sleeps, describe(hist))
+		}
+	}
 	if x.ResultObject {
 		wantName := "results/" + id + "/" + last.ExecutionID
 		if last.ResultObject != wantName || last.ResultBucket != "AX_OBJECTS_"+r.capability || !strings.HasPrefix(last.ResultDigest, "SHA-256=") {
@@ -580,6 +677,35 @@ func (r *scenarioRun) check(ctx context.Context, x expect) {
 			if !jsonEqual(rec[k], want) {
 				t.Errorf("%s: record field %s is %s, want %s", x.Task, k, rec[k], want)
 			}
+		}
+	}
+}
+
+// checkSteps checks the record's durable steps and sleeps against want, in order.
+func (r *scenarioRun) checkSteps(key string, last task.Task, want []expectStep) {
+	t := r.t
+	if len(last.Steps) != len(want) {
+		t.Errorf("%s: %d steps in the record %+v, want %d", key, len(last.Steps), last.Steps, len(want))
+		return
+	}
+	for i, w := range want {
+		st := last.Steps[i]
+		if st.Name != w.Name || st.Attempt != w.Attempt || (w.Executor != "" && st.Executor != r.executorID(w.Executor)) {
+			t.Errorf("%s: step %d is %q stored in attempt %d by %s, want %q in attempt %d by %s", key, i, st.Name, st.Attempt, st.Executor,
+				w.Name, w.Attempt, r.executorID(w.Executor))
+		}
+		if w.ResultObject {
+			name := task.StepObjectName(last.ID, st.ExecutionID, st.Name)
+			if st.ResultObject != name || st.ResultBucket != "AX_OBJECTS_"+r.capability || !strings.HasPrefix(st.ResultDigest, "SHA-256=") ||
+				len(st.Result) != 0 {
+				t.Errorf("%s: step %s's result object %q in %q (digest %q, inline %d bytes), want %q in AX_OBJECTS_%s", key, st.Name,
+					st.ResultObject, st.ResultBucket, st.ResultDigest, len(st.Result), name, r.capability)
+			}
+		} else if st.ResultObject != "" {
+			t.Errorf("%s: step %s's result is an object %q, want it inline", key, st.Name, st.ResultObject)
+		}
+		if w.SleepUntil != (st.SleepUntil != nil) {
+			t.Errorf("%s: step %s's sleep_until is %v", key, st.Name, st.SleepUntil)
 		}
 	}
 }

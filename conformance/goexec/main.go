@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -104,6 +105,20 @@ type step struct {
 	Bytes   int             `json:"bytes"`
 	// Attempts is how many attempts a "flaky" step fails.
 	Attempts int `json:"attempts"`
+	// A "durable" step's durable steps, in order (README.md).
+	Names      []string `json:"names"`
+	FailAfter  []string `json:"fail_after"`
+	BlockAfter string   `json:"block_after"`
+	SleepAfter string   `json:"sleep_after"`
+	BigStep    string   `json:"big_step"`
+	PauseAfter string   `json:"pause_after"`
+}
+
+// stepValue is what a "durable" step's fn returns (pad: big_step's bytes).
+type stepValue struct {
+	Step    string `json:"step"`
+	Attempt int    `json:"attempt"`
+	Pad     string `json:"pad,omitempty"`
 }
 
 type behaviour struct {
@@ -202,6 +217,68 @@ func runExecutor(ctx context.Context) error {
 			return out, nil
 		case "big":
 			return strings.Repeat("x", s.Bytes), nil
+		case "durable":
+			// Durable steps: each fn emits step_ran; after a step whose fn
+			// ran in this run, fail (fail_after) or block until aborted
+			// (block_after, emitting blocked); after sleep_after, a
+			// durable sleep of ms. The result lists each step's value as
+			// Step returned it (a stored one in later runs).
+			out := make([]map[string]any, 0, len(s.Names))
+			for _, name := range s.Names {
+				ran := false
+				v, err := executor.Step(ctx, job, name, func(context.Context) (stepValue, error) {
+					ran = true
+					e := ev
+					e.Event, e.Step = "step_ran", name
+					emit(e)
+					sv := stepValue{Step: name, Attempt: job.Attempt}
+					if name == s.BigStep {
+						sv.Pad = strings.Repeat("x", s.Bytes)
+					}
+					return sv, nil
+				})
+				if errors.Is(err, executor.ErrAttemptLost) {
+					e := ev
+					e.Event, e.Step, e.Reason = "lost", name, "handler not aborted"
+					if ctx.Err() != nil {
+						e.Reason = "handler aborted"
+					}
+					emit(e)
+				}
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, map[string]any{"step": v.Step, "attempt": v.Attempt, "pad_bytes": len(v.Pad)})
+				switch {
+				case ran && slices.Contains(s.FailAfter, name):
+					return nil, fmt.Errorf("crash after %s", name)
+				case ran && name == s.BlockAfter:
+					e := ev
+					e.Event, e.Step = "blocked", name
+					emit(e)
+					<-ctx.Done()
+					return nil, aborted()
+				case ran && name == s.PauseAfter:
+					// Paused (not aborted) until the suite's release.
+					sub, err := nc.SubscribeSync("conformance.release." + job.ID)
+					if err != nil {
+						return nil, err
+					}
+					e := ev
+					e.Event, e.Step = "blocked", name
+					emit(e)
+					_, err = sub.NextMsgWithContext(ctx)
+					_ = sub.Unsubscribe()
+					if err != nil {
+						return nil, aborted()
+					}
+				case name == s.SleepAfter:
+					if err := job.Sleep(ctx, time.Duration(s.MS)*time.Millisecond); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return out, nil
 		case "upstream_sizes":
 			sizes := make([]int, len(job.DependsOn))
 			for i, up := range job.DependsOn {
@@ -272,6 +349,8 @@ type request struct {
 	Reason    string            `json:"reason"`
 	TimeoutMS int               `json:"timeout_ms"`
 	Codec     bool              `json:"codec"`
+	Subject   string            `json:"subject"`
+	Data      json.RawMessage   `json:"data"`
 }
 
 func runProducer(ctx context.Context) error {
@@ -394,6 +473,12 @@ func handle(ctx context.Context, c *sdk.Client, req request) map[string]any {
 			return fail(err)
 		}
 		return map[string]any{"result": raw}
+	case "signal":
+		seq, err := c.Signal(ctx, req.Subject, req.Data)
+		if err != nil {
+			return fail(err)
+		}
+		return map[string]any{"seq": seq}
 	case "cancel":
 		t, err := c.Cancel(ctx, req.ID, req.Reason)
 		if err != nil {

@@ -10,6 +10,7 @@
 import { createInterface } from "node:readline";
 import {
   AESGCM,
+  AttemptLostError,
   CancelError,
   acceptClear,
   Client,
@@ -32,6 +33,20 @@ interface Step {
   bytes?: number;
   /** How many attempts a "flaky" step fails. */
   attempts?: number;
+  /** A "durable" step's durable steps, in order (conformance/README.md). */
+  names?: string[];
+  fail_after?: string[];
+  block_after?: string;
+  sleep_after?: string;
+  big_step?: string;
+  pause_after?: string;
+}
+
+/** What a "durable" step's fn returns (pad: big_step's bytes). */
+interface StepValue {
+  step: string;
+  attempt: number;
+  pad?: string;
 }
 
 interface Behaviour {
@@ -120,6 +135,58 @@ async function runExecutor(): Promise<void> {
       }
       case "big":
         return "x".repeat(s.bytes ?? 0);
+      case "durable": {
+        // Durable steps: each fn emits step_ran; after a step whose fn ran
+        // in this run, fail (fail_after) or block until aborted
+        // (block_after, emitting blocked); after sleep_after, a durable
+        // sleep of ms. The result lists each step's value as step()
+        // returned it (a stored one in later runs).
+        const out: { step: string; attempt: number; pad_bytes: number }[] = [];
+        for (const name of s.names ?? []) {
+          let ran = false;
+          let v: StepValue;
+          try {
+            v = await job.step<StepValue>(name, () => {
+              ran = true;
+              emit({ event: "step_ran", ...ev, step: name });
+              return { step: name, attempt: job.attempt, ...(name === s.big_step ? { pad: "x".repeat(s.bytes ?? 0) } : {}) };
+            });
+          } catch (e) {
+            if (e instanceof AttemptLostError) {
+              emit({ event: "lost", ...ev, step: name, reason: job.signal.aborted ? "handler aborted" : "handler not aborted" });
+            }
+            throw e;
+          }
+          out.push({ step: v.step, attempt: v.attempt, pad_bytes: v.pad?.length ?? 0 });
+          if (ran && (s.fail_after ?? []).includes(name)) throw new Error(`crash after ${name}`);
+          if (ran && name === s.block_after) {
+            emit({ event: "blocked", ...ev, step: name });
+            await new Promise<void>((resolve) => {
+              if (job.signal.aborted) return resolve();
+              job.signal.addEventListener("abort", () => resolve(), { once: true });
+            });
+            throw aborted();
+          }
+          if (ran && name === s.pause_after) {
+            // Paused (not aborted) until the suite's release.
+            const sub = nc.subscribe(`conformance.release.${job.id}`, { max: 1 });
+            emit({ event: "blocked", ...ev, step: name });
+            const released = (async () => {
+              for await (const _ of sub) return true;
+              return false;
+            })();
+            const abort = new Promise<boolean>((resolve) => {
+              if (job.signal.aborted) return resolve(false);
+              job.signal.addEventListener("abort", () => resolve(false), { once: true });
+            });
+            const ok = await Promise.race([released, abort]);
+            sub.unsubscribe();
+            if (!ok) throw aborted();
+          }
+          if (name === s.sleep_after) await job.sleep(s.ms ?? 0);
+        }
+        return out;
+      }
       case "upstream_sizes": {
         const sizes: number[] = [];
         for (const up of job.dependsOn) sizes.push(JSON.stringify(await job.upstreamResult(up)).length);
@@ -166,6 +233,8 @@ interface Request {
   reason?: string;
   timeout_ms?: number;
   codec?: boolean;
+  subject?: string;
+  data?: unknown;
 }
 
 async function handle(c: Client, req: Request): Promise<Record<string, unknown>> {
@@ -183,6 +252,8 @@ async function handle(c: Client, req: Request): Promise<Record<string, unknown>>
       return { task: await c.waitState(req.type ?? "", req.id ?? "", { timeoutMs }) };
     case "result":
       return { result: await c.result(await c.state(req.type ?? "", req.id ?? "", { timeoutMs })) };
+    case "signal":
+      return { seq: await c.signal(req.subject ?? "", req.data) };
     case "cancel":
       return { task: await c.cancel(req.id ?? "", req.reason ?? "", { timeoutMs }) };
   }

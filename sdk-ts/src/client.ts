@@ -12,7 +12,7 @@ import type { Codec } from "./codec.js";
 import { dial, inbox as newInbox, type ConnectOptions } from "./conn.js";
 import { Objects } from "./objects.js";
 import { CommandRefusedError, NotFoundError, RejectedError } from "./errors.js";
-import { toWire, validID, validType, type TaskSpec } from "./spec.js";
+import { MAX_EVENT_DATA, toWire, validEventSubject, validID, validType, type TaskSpec } from "./spec.js";
 import * as subj from "./subjects.js";
 import { fnv1a64, jsonBytes, parseJSON, sleep } from "./util.js";
 import {
@@ -406,6 +406,52 @@ export class Client {
     } catch (e) {
       if (isNotFound(e)) return undefined;
       throw e;
+    }
+  }
+
+  /**
+   * Publishes an event on `ax.event.<eventSubject>` (stream AX_EVENTS):
+   * every task whose wait_for is {subject, match} with
+   * "<subject>.<match>" equal to eventSubject succeeds with data as its
+   * result — tasks waiting now, and tasks that register their wait later,
+   * within AX_EVENTS' retention (7 days). The event is the latest value of
+   * its subject: a later signal on the same subject replaces it for tasks
+   * that have not received it yet.
+   *
+   * data is sent as JSON (a Uint8Array as it is; undefined is JSON null),
+   * at most 16 KiB. Resolves with the event's sequence in AX_EVENTS once
+   * stored. Go's sdk.Client.Signal.
+   *
+   * ```ts
+   * await ax.signal(`payment.${orderID}`, { amount: 42 });
+   * ```
+   */
+  async signal(eventSubject: string, data?: unknown): Promise<number> {
+    if (!validEventSubject(eventSubject)) {
+      throw new Error(
+        `signal ${JSON.stringify(eventSubject)}: not an event subject (<subject>.<match>: 2-8 dot-separated tokens of [A-Za-z0-9_-])`,
+      );
+    }
+    let body: Uint8Array;
+    if (data instanceof Uint8Array) body = data;
+    else {
+      let enc: string | undefined;
+      try {
+        enc = data === undefined ? "null" : JSON.stringify(data);
+      } catch (e) {
+        throw new Error(`signal ${eventSubject}: encode data: ${(e as Error).message}`, { cause: e });
+      }
+      if (enc === undefined) throw new Error(`signal ${eventSubject}: encode data: not JSON`);
+      body = new TextEncoder().encode(enc);
+    }
+    if (body.length > MAX_EVENT_DATA) {
+      throw new Error(`signal ${eventSubject}: ${body.length} bytes of data exceed the limit of ${MAX_EVENT_DATA}`);
+    }
+    try {
+      const ack = await this.js.publish(subj.event(eventSubject), body);
+      return ack.seq;
+    } catch (e) {
+      throw new Error(`signal ${eventSubject}: ${(e as Error).message}`, { cause: e });
     }
   }
 

@@ -94,3 +94,34 @@ export class CancelError extends Error {
     this.name = "CancelError";
   }
 }
+
+/**
+ * Ends the attempt in a durable sleep (Job.sleep rejects with it; let it
+ * propagate out of the handler): the task waits, retrying without spending
+ * an attempt, and its handler runs again after `delayMs`, where the steps
+ * stored before return their results and that sleep resolves.
+ */
+export class SleepError extends Error {
+  constructor(
+    /** The sleep's name among the task's steps ("ax:sleep:<n>"). */
+    readonly sleepName: string,
+    readonly delayMs: number,
+  ) {
+    super(`sleep for ${delayMs}ms (${sleepName})`);
+    this.name = "SleepError";
+  }
+}
+
+/**
+ * The orchestrator refused to store a step because the attempt is no
+ * longer this executor's (taken over after it was thought dead,
+ * superseded, or the task ended): the handler's signal aborts (reason
+ * LostError) and its outcome is not reported — the attempt's current
+ * executor reports it. Go's executor.ErrAttemptLost.
+ */
+export class AttemptLostError extends Error {
+  constructor(message: string) {
+    super(`${message}: the attempt is no longer this executor's`);
+    this.name = "AttemptLostError";
+  }
+}

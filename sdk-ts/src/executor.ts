@@ -4,16 +4,18 @@ import { headers, type NatsConnection, type Subscription } from "@nats-io/transp
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { dial, type ConnectOptions } from "./conn.js";
-import { CancelError, PermanentError, RetryAfterError, SnoozeError } from "./errors.js";
+import { CancelError, PermanentError, RetryAfterError, SleepError, SnoozeError } from "./errors.js";
+import { JobSteps } from "./steps.js";
 import { Batcher } from "./batcher.js";
 import { acceptsClear, type Codec } from "./codec.js";
 import { Objects } from "./objects.js";
 import { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
 import { ConsumerGoneError, fetch, type Delivery } from "./pull.js";
 import * as subj from "./subjects.js";
-import { after, formatDuration, jsonBytes, parseDuration, parseJSON, sleep, truncateError, utf8 } from "./util.js";
+import { after, formatDuration, jsonBytes, parseDuration, parseJSON, sleep, toMillis, truncateError, utf8 } from "./util.js";
 import type {
   ClaimReply,
+  DurationInput,
   ClaimRequest,
   Input,
   InputsReply,
@@ -21,6 +23,7 @@ import type {
   PlanRef,
   Report,
   Revocation,
+  StepRecord,
   TaskEvent,
   TaskRecord,
 } from "./wire.js";
@@ -61,8 +64,10 @@ export interface Job<P = unknown> {
   /**
    * Aborts when the attempt must stop: its timeout or the task's deadline
    * passed, the task was cancelled (its outcome is then not reported), or
-   * the executor stops and gave up waiting. `signal.reason` says which
-   * (an Error named TimeoutError, DeadlineError, CancelledError or StoppedError).
+   * the executor stops and gave up waiting, or a step was refused because
+   * the attempt is no longer this executor's (its outcome is then not
+   * reported). `signal.reason` says which (an Error named TimeoutError,
+   * DeadlineError, CancelledError, StoppedError or LostError).
    */
   readonly signal: AbortSignal;
   /** How each upstream in depends_on ended, in that order (asked of the orchestrators once). */
@@ -81,6 +86,51 @@ export interface Job<P = unknown> {
    * console show. No task record is written.
    */
   progress(percent: number, message?: string): void;
+  /**
+   * A durable step: runs fn once per task and stores its result (JSON)
+   * in the task's record through the orchestrator before resolving with
+   * it; in every later attempt of the task — a retry, a take-over after
+   * this executor died, a re-drive, the run after a sleep — it resolves
+   * with the stored result without running fn (the result as JSON
+   * decodes it: give T a JSON shape).
+   *
+   * fn runs at least once, and once its result is stored never again for
+   * that task: if the executor dies (or the attempt fails) after fn
+   * returned but before the orchestrator answered stored, fn runs again in
+   * the next attempt — make it idempotent. fn's error is thrown as is and
+   * nothing is stored. Names are unique within the task (1–128 bytes of
+   * UTF-8, no control characters, not starting with "ax:"), reached under
+   * the same names in every attempt; a task stores at most 100 steps and
+   * sleeps; a result over 4 KiB (up to 32 MiB) goes to the capability's
+   * object store as `steps/<id>/<execution_id>/<h>`. Breaking a limit is a
+   * PermanentError. When the orchestrator says the attempt is no longer
+   * this executor's, the step rejects with an AttemptLostError, the
+   * handler's signal aborts (reason LostError) and its outcome is not
+   * reported.
+   *
+   * ```ts
+   * const charge = await job.step("charge", () => payments.charge(order));
+   * ```
+   */
+  step<T = unknown>(name: string, fn: (signal: AbortSignal) => T | Promise<T>): Promise<T>;
+  /**
+   * A durable sleep: rejects with a SleepError that the handler lets
+   * propagate (do not catch it), which ends the attempt without spending
+   * one, frees the executor's capacity, and runs the handler again after
+   * d (ms or a Go duration string; on a durable timer). In that run the
+   * steps stored before resolve without running, and this sleep resolves
+   * at once, as in every later attempt. Sleeps are told apart by their
+   * order in the handler's run ("ax:sleep:<n>"): reach them in the same
+   * order every run. A d of 0 or less resolves at once; one over 366 days
+   * is a PermanentError.
+   *
+   * ```ts
+   * await job.sleep("1h");
+   * ```
+   */
+  sleep(d: DurationInput): Promise<void>;
+  /** The steps and sleeps the task had stored when this attempt started and those it stored since. */
+  steps(): StepRecord[];
 }
 
 /** A task type's handler: returns the result (any JSON value, or undefined) or throws. */
@@ -272,6 +322,8 @@ interface Execution {
   claimRev: number;
   /** The orchestrator refused to mark it running: heartbeats stop asking. */
   unmarked: boolean;
+  /** A step was refused lost: the attempt is no longer this executor's, its outcome is not reported. */
+  lost: boolean;
   delivery: Delivery;
   /** Cancels the attempt's timers and heartbeat (a forced stop does not wait for its handler). */
   release: () => void;
@@ -679,6 +731,7 @@ export class Executor {
       abandoned: false,
       claimRev: claim.revision,
       unmarked: false,
+      lost: false,
       delivery: d,
       release: () => {},
       running: {
@@ -711,6 +764,30 @@ export class Executor {
       timers.forEach((cancel) => cancel());
       stopBeat();
     };
+    const steps = new JobSteps(
+      { nc: this.nc, objects: this.objects, log: (level, msg, f) => this.log(level, msg, f) },
+      t.capability || "default",
+      {
+        id: t.id,
+        type: t.type,
+        execution_id: t.execution_id as string,
+        attempt: t.attempt,
+        status: "step",
+        executor: this.cfg.id,
+        started_at: startedAt,
+        finished_at: startedAt,
+        dispatch_revision: dp.revision,
+        token: dp.token,
+        ...(t.takeovers ? { takeovers: t.takeovers } : {}),
+      },
+      () => ex.claimRev,
+      () => {
+        ex.lost = true;
+        abort.abort(reasonError("LostError", "the attempt is no longer this executor's (a step was refused)"));
+      },
+      abort.signal,
+      t.steps,
+    );
     let result: unknown;
     let plan: PlanRef | undefined;
     let herr: unknown;
@@ -718,7 +795,7 @@ export class Executor {
       if ((t.takeovers ?? 0) > this.cfg.maxTakeovers) {
         throw new Error(`its executor was lost ${t.takeovers} times in a row while running it (a crash loop?); not run again`);
       }
-      ({ result, plan } = await this.call(t, dp.token, abort.signal, ex));
+      ({ result, plan } = await this.call(t, dp.token, abort.signal, ex, steps));
     } catch (e) {
       herr = e ?? new Error("handler failed");
     }
@@ -738,6 +815,12 @@ export class Executor {
         d.ack();
         return;
       }
+      if (ex.lost) {
+        // Taken over: the dispatch's delivery, and the outcome, are the
+        // executor's that runs the attempt now.
+        this.log("info", "the attempt is no longer this executor's (a step was refused): outcome not reported", fields);
+        return;
+      }
       const r: Report = {
         id: t.id,
         type: t.type,
@@ -751,6 +834,8 @@ export class Executor {
         token: dp.token,
       };
       if (ex.claimRev) r.claim_revision = ex.claimRev;
+      if (steps.stepRevision()) r.step_revision = steps.stepRevision();
+      if (t.takeovers) r.takeovers = t.takeovers;
       if (herr === undefined && plan) r.plan = plan;
       if (herr === undefined && result !== undefined) {
         const enc = JSON.stringify(result);
@@ -783,7 +868,13 @@ export class Executor {
   }
 
   /** Runs the handler (or a shardable task's planner or aggregator) with its job. */
-  private async call(t: TaskRecord, token: string, signal: AbortSignal, ex: Execution): Promise<{ result?: unknown; plan?: PlanRef }> {
+  private async call(
+    t: TaskRecord,
+    token: string,
+    signal: AbortSignal,
+    ex: Execution,
+    steps: JobSteps,
+  ): Promise<{ result?: unknown; plan?: PlanRef }> {
     const h = this.handlers.get(t.type);
     if (!h) throw new Error(`no handler for task type ${JSON.stringify(t.type)} on executor ${this.cfg.id}`);
     let payload = t.payload;
@@ -831,6 +922,17 @@ export class Executor {
         const data = await this.objects.get(u.result_bucket, u.result_object, u.result_digest);
         return JSON.parse(new TextDecoder().decode(data)) as T;
       },
+      step: <T>(name: string, fn: (signal: AbortSignal) => T | Promise<T>) => steps.step<T>(name, fn),
+      sleep: (d: DurationInput) => {
+        let ms: number;
+        try {
+          ms = toMillis(d);
+        } catch (e) {
+          return Promise.reject(new PermanentError(`sleep of ${t.id}: ${errorText(e)}`));
+        }
+        return steps.sleep(ms);
+      },
+      steps: () => steps.list(),
     };
     if (!t.shardable) return { result: await h(job) };
     const sh = this.sharded.get(t.type);
@@ -1215,7 +1317,7 @@ function isNamed(e: unknown, cls: { new (...a: any[]): Error }, name: string): b
 /**
  * Records a handler's error in its report (executor/outcome.go). The
  * error's cause chain is searched, first found in this order: cancel,
- * snooze, permanent, retry-after.
+ * sleep, snooze, permanent, retry-after.
  */
 export function setOutcome(r: Report, herr: unknown): void {
   const chain: unknown[] = [];
@@ -1228,6 +1330,13 @@ export function setOutcome(r: Report, herr: unknown): void {
   if (cancel) {
     r.status = "cancelled";
     r.error = truncateError(cancel.message);
+    return;
+  }
+  const sl = find<SleepError>(SleepError, "SleepError");
+  if (sl) {
+    r.status = "sleeping";
+    r.step = sl.sleepName;
+    r.retry_after = formatDuration(Math.max(sl.delayMs ?? 0, 0));
     return;
   }
   const snooze = find<SnoozeError>(SnoozeError, "SnoozeError");

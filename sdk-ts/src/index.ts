@@ -6,6 +6,7 @@ export { Client, StateReadError, WaitTimeoutError, msgID, type CallOptions } fro
 export { AESGCM, CodecError, acceptClear, isEncodedJSON, type Codec, type Key } from "./codec.js";
 export { dial, type ConnectOptions } from "./conn.js";
 export {
+  AttemptLostError,
   CancelError,
   CommandRefusedError,
   InvalidSpecError,
@@ -14,6 +15,7 @@ export {
   PermanentError,
   RejectedError,
   RetryAfterError,
+  SleepError,
   SnoozeError,
 } from "./errors.js";
 export {
@@ -29,6 +31,17 @@ export {
 } from "./executor.js";
 export { DigestMismatchError, digest } from "./objects.js";
 export { MAX_SHARDS, type Shard, type ShardOutcome, type ShardOutcomes, type Sharded } from "./shards.js";
-export { toWire, validCapability, validID, validType, type TaskSpec } from "./spec.js";
+export {
+  MAX_SLEEP_MS,
+  MAX_STEP_NAME_BYTES,
+  MAX_STEP_RESULT,
+  MAX_STEPS,
+  STEP_INLINE_LIMIT,
+  STEPS_INLINE_TOTAL,
+  sleepName,
+  stepObjectName,
+  validateStepName,
+} from "./steps.js";
+export { MAX_EVENT_DATA, validEventSubject, toWire, validCapability, validID, validType, type EventWait, type TaskSpec } from "./spec.js";
 export { formatDuration, newID, parseDuration } from "./util.js";
 export * from "./wire.js";

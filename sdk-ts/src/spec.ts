@@ -1,5 +1,6 @@
 import { InvalidSpecError } from "./errors.js";
 import { newID, toGoDuration, toMillis } from "./util.js";
+import { goDurationString } from "./steps.js";
 import type { DurationInput, TriggerRule, WireSpec } from "./wire.js";
 
 /**
@@ -58,6 +59,47 @@ export interface TaskSpec<P = unknown> {
   fairness_key?: string;
   /** What the key limits' concurrency and rate apply to. */
   concurrency_key?: string;
+  /**
+   * Makes an event task: it runs no handler and, when it would become
+   * ready, waits for an event on `ax.event.<subject>.<match>`
+   * (Client.signal) and succeeds with the event's data as its result
+   * (dependents read it as any upstream's), or expires at its timeout.
+   */
+  wait_for?: EventWait;
+}
+
+/** An event task's wait (a spec's `wait_for`). */
+export interface EventWait {
+  /** The event's subject without its match: 1–7 dot-separated tokens of [A-Za-z0-9_-], e.g. "payment.received". */
+  subject: string;
+  /** The last token of the event's subject, matched exactly (e.g. an order id): one token of 1–128 of [A-Za-z0-9_-]. */
+  match: string;
+  /** How long the task waits once registered, up to 366 days; then it expires. */
+  timeout: DurationInput;
+}
+
+/** The largest event data (task.MaxEventData, 16 KiB). */
+export const MAX_EVENT_DATA = 16 << 10;
+const MAX_EVENT_MATCH_LEN = 128;
+const MAX_EVENT_SUBJECT_TOKENS = 7;
+const MAX_EVENT_TIMEOUT_MS = 366 * 24 * 3_600_000;
+
+function validEventWaitSubject(s: string): boolean {
+  return validType(s) && s.split(".").length <= MAX_EVENT_SUBJECT_TOKENS;
+}
+
+function validEventMatch(m: string): boolean {
+  return m.length > 0 && m.length <= MAX_EVENT_MATCH_LEN && /^[A-Za-z0-9_-]+$/.test(m);
+}
+
+/**
+ * Reports whether s can be an event's subject (Client.signal): 2–8
+ * dot-separated tokens of [A-Za-z0-9_-], the last of which is what a
+ * wait_for's match matches (task.ValidEventSubject).
+ */
+export function validEventSubject(s: string): boolean {
+  const dot = s.lastIndexOf(".");
+  return dot > 0 && validEventWaitSubject(s.slice(0, dot)) && validEventMatch(s.slice(dot + 1));
 }
 
 const TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
@@ -186,6 +228,28 @@ export function toWire<P>(spec: TaskSpec<P>, maxPayload = 256 << 10): WireSpec {
     if (v === undefined) continue;
     if (!validType(v)) throw bad(k, `${JSON.stringify(v)} is not dot-separated tokens of [A-Za-z0-9_-]`);
     w[k] = v;
+  }
+  if (spec.wait_for !== undefined) {
+    // task/event.go's validateWaitFor, in its words.
+    const wf = spec.wait_for;
+    if (typeof wf !== "object" || wf === null) throw bad("wait_for", "is not an object {subject, match, timeout}");
+    if (typeof wf.subject !== "string" || !validEventWaitSubject(wf.subject)) {
+      throw bad("wait_for", `subject ${JSON.stringify(wf.subject)} is not 1-${MAX_EVENT_SUBJECT_TOKENS} dot-separated tokens of [A-Za-z0-9_-]`);
+    }
+    if (typeof wf.match !== "string" || !validEventMatch(wf.match)) {
+      throw bad("wait_for", `match ${JSON.stringify(wf.match)} is not one token of 1-${MAX_EVENT_MATCH_LEN} of [A-Za-z0-9_-]`);
+    }
+    let ms: number;
+    try {
+      ms = toMillis(wf.timeout);
+    } catch {
+      throw bad("wait_for", `timeout ${JSON.stringify(wf.timeout)} is not a duration`);
+    }
+    if (!(ms > 0) || ms > MAX_EVENT_TIMEOUT_MS) {
+      throw bad("wait_for", `timeout ${goDurationString(ms)} is out of range (0, ${goDurationString(MAX_EVENT_TIMEOUT_MS)}]`);
+    }
+    if (spec.shardable) throw bad("wait_for", "an event task is not shardable");
+    w.wait_for = { subject: wf.subject, match: wf.match, timeout: toGoDuration(wf.timeout) };
   }
   for (const k of Object.keys(w) as (keyof WireSpec)[]) if (w[k] === undefined) delete w[k];
   return w;

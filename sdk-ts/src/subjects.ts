@@ -32,6 +32,7 @@ export const bell = (capability: string, p: number) => `ax.bell.${capability}.p$
 export const bellCapability = (capability: string) => `ax.bell.${capability}.*`;
 export const revokedCapability = (capability: string) => `${capability}.>`;
 export const objectBucket = (capability: string) => `AX_OBJECTS_${capability}`;
+export const event = (eventSubject: string) => `ax.event.${eventSubject}`;
 export const resultObjectName = (id: string, executionID: string) => `results/${id}/${executionID}`;
 
 /** The level a doorbell subject names, or -1. */

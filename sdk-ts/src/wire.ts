@@ -61,6 +61,40 @@ export interface WireSpec {
   min_shard_success?: number;
   fairness_key?: string;
   concurrency_key?: string;
+  /** An event task: it runs no handler and succeeds with the event's data (subjects.md, `ax.event.<subject>.<match>`). */
+  wait_for?: WireEventWait;
+}
+
+/** A spec's `wait_for`: the event on `ax.event.<subject>.<match>` an event task waits for, and how long. */
+export interface WireEventWait {
+  subject: string;
+  match: string;
+  timeout: GoDuration;
+}
+
+/** A durable step or sleep in a record's `steps` (subjects.md, "Durable steps and sleeps"). */
+export interface StepRecord {
+  name: string;
+  /** The result (JSON) when at most 4 KiB and within the record's share; else in result_object. */
+  result?: unknown;
+  result_object?: string;
+  result_bucket?: string;
+  result_digest?: string;
+  /** A sleep's end. */
+  sleep_until?: string;
+  attempt: number;
+  execution_id: string;
+  executor?: string;
+  at: string;
+}
+
+/** The answer to a step request: the stored step, why it was refused (`lost`: the attempt is no longer ours), or `error` alone: ask again. */
+export interface StepReply {
+  error?: string;
+  step?: StepRecord;
+  revision?: number;
+  refused?: string;
+  lost?: boolean;
 }
 
 /** One failed attempt kept in a record's `errors`. */
@@ -113,6 +147,12 @@ export interface TaskRecord<R = unknown> extends WireSpec {
   parent?: string;
   shard_index?: number;
   parked?: boolean;
+  /** The durable steps and sleeps its handler stored. */
+  steps?: StepRecord[];
+  /** An event task: when its wait was registered. */
+  event_wait_since?: string;
+  /** An event task that succeeded: the AX_EVENTS sequence of its event. */
+  event_seq?: number;
   submitted_at: string;
   ready_at?: string;
   started_at?: string;
@@ -169,7 +209,7 @@ export interface DirectBatchReply {
 }
 
 /** An attempt's outcome (`task.completed.<type>`). */
-export type OutcomeStatus = "succeeded" | "failed" | "snoozed" | "cancelled";
+export type OutcomeStatus = "succeeded" | "failed" | "snoozed" | "cancelled" | "sleeping" | "step";
 
 /** A planner's outcome in a report (`plan`). */
 export interface PlanRef {
@@ -201,6 +241,12 @@ export interface Report {
   result_digest?: string;
   plan?: PlanRef;
   token?: string;
+  /** The step to store (status step) or the sleep to begin (status sleeping). */
+  step?: string;
+  /** The record's takeovers as the attempt's executor holds it. */
+  takeovers?: number;
+  /** The task's revision after this attempt's last stored step. */
+  step_revision?: number;
 }
 
 /** A claim request (`ax.claim.<capability>`). */

@@ -25,6 +25,10 @@ export interface AX {
   stop(): Promise<void>;
   /** The orchestrator's log so far. */
   log(): string;
+  /** Kills the orchestrator with SIGKILL and waits until it is gone. */
+  killOrchestrator(): Promise<void>;
+  /** Starts the orchestrator again (after killOrchestrator). */
+  startOrchestrator(): void;
 }
 
 async function exited(p: ChildProcess, ms: number): Promise<boolean> {
@@ -63,15 +67,26 @@ export async function startAX(): Promise<AX> {
   if (!url) throw new Error("nats-server wrote no ports file");
   execFileSync(axBin, ["topology", "--nats", url], { stdio: "ignore" });
   let orchLog = "";
-  const orch = spawn(
-    axBin,
-    ["orchestrator", "--nats", url, "--node-id", "sdk-ts-test", "--log-level", "warn", "--retry-base", "100ms", "--retry-max", "300ms"],
-    { stdio: ["ignore", "ignore", "pipe"] },
-  );
-  orch.stderr?.on("data", (b: Buffer) => (orchLog += b.toString()));
+  const startOrch = () => {
+    const p = spawn(
+      axBin,
+      ["orchestrator", "--nats", url, "--node-id", "sdk-ts-test", "--log-level", "warn", "--retry-base", "100ms", "--retry-max", "300ms"],
+      { stdio: ["ignore", "ignore", "pipe"] },
+    );
+    p.stderr?.on("data", (b: Buffer) => (orchLog += b.toString()));
+    return p;
+  };
+  let orch = startOrch();
   return {
     url,
     log: () => orchLog,
+    killOrchestrator: async () => {
+      orch.kill("SIGKILL");
+      if (!(await exited(orch, 10_000))) throw new Error("the orchestrator did not die after SIGKILL");
+    },
+    startOrchestrator: () => {
+      orch = startOrch();
+    },
     stop: async () => {
       for (const p of [orch, srv]) {
         p.kill("SIGTERM");

@@ -5,7 +5,11 @@ import {
   InvalidSpecError,
   PermanentError,
   RetryAfterError,
+  SleepError,
   SnoozeError,
+  stepObjectName,
+  validateStepName,
+  validEventSubject,
   formatDuration,
   msgID,
   newID,
@@ -18,6 +22,7 @@ import { Picker } from "../src/executor.js";
 import { nodeToken, parseDispatch } from "../src/subjects.js";
 import { parseAck } from "../src/pull.js";
 import { after, fnv1a64, utf8 } from "../src/util.js";
+import { goDurationString } from "../src/steps.js";
 
 test("Go durations parse and format", () => {
   assert.equal(parseDuration("10m0s"), 600_000);
@@ -136,4 +141,52 @@ test("timers longer than setTimeout's limit do not fire at once", async () => {
   cancel();
   assert.equal(fired, false);
   await new Promise<void>((r) => after(5, r));
+});
+
+test("wait_for is checked as the Go side checks it, in its words", () => {
+  const spec = (wait_for: unknown) => ({ id: "a", type: "b", wait_for }) as Parameters<typeof toWire>[0];
+  assert.deepEqual(toWire(spec({ subject: "payment.received", match: "order-42", timeout: 90_000 })).wait_for, {
+    subject: "payment.received",
+    match: "order-42",
+    timeout: "90000ms",
+  });
+  assert.deepEqual(toWire(spec({ subject: "payment", match: "o1", timeout: "1h" })).wait_for, { subject: "payment", match: "o1", timeout: "1h" });
+  // The messages of task/event.go's validateWaitFor (go test ./task prints the same).
+  const refused = (w: unknown, msg: string) =>
+    assert.throws(
+      () => toWire(spec(w)),
+      (e: unknown) => e instanceof InvalidSpecError && e.field === "wait_for" && e.message === `invalid task a: wait_for: ${msg}`,
+    );
+  refused({ subject: "pay ment", match: "x", timeout: "1s" }, `subject "pay ment" is not 1-7 dot-separated tokens of [A-Za-z0-9_-]`);
+  refused({ subject: "a.b.c.d.e.f.g.h", match: "x", timeout: "1s" }, `subject "a.b.c.d.e.f.g.h" is not 1-7 dot-separated tokens of [A-Za-z0-9_-]`);
+  refused({ subject: "payment", match: "x.y", timeout: "1s" }, `match "x.y" is not one token of 1-128 of [A-Za-z0-9_-]`);
+  refused({ subject: "payment", match: "x", timeout: 0 }, "timeout 0s is out of range (0, 8784h0m0s]");
+  refused({ subject: "payment", match: "x", timeout: "8808h" }, "timeout 8808h0m0s is out of range (0, 8784h0m0s]");
+  assert.throws(
+    () => toWire({ id: "a", type: "b", shardable: true, wait_for: { subject: "p", match: "x", timeout: "1s" } }),
+    /wait_for: an event task is not shardable/,
+  );
+  assert.ok(validEventSubject("payment.o1"));
+  assert.ok(!validEventSubject("payment"));
+  assert.ok(!validEventSubject("a.b.c.d.e.f.g.h.i"));
+});
+
+test("step names, object names and sleeps match the Go side", () => {
+  // go: task.StepObjectName("t1", "e1", "render")
+  assert.equal(stepObjectName("t1", "e1", "render"), "steps/t1/e1/887270d0cbc560af35f1326d55e9dbdc");
+  assert.equal(validateStepName("charge"), undefined);
+  assert.equal(validateStepName("ax:mine"), `step name "ax:mine" starts with "ax:", which AX reserves (its sleeps)`);
+  assert.equal(validateStepName(""), "a step needs a name");
+  assert.match(validateStepName("a\u0001") ?? "", /holds a control character/);
+  assert.match(validateStepName("\ud800") ?? "", /is not UTF-8/);
+  assert.match(validateStepName("é".repeat(65)) ?? "", /is 130 bytes; the limit is 128/);
+  assert.equal(validateStepName("ax:sleep:1", true), undefined);
+  assert.equal(goDurationString(300), "300ms");
+  assert.equal(goDurationString(90_500), "1m30.5s");
+  const r: Report = { id: "a", type: "b", execution_id: "e", attempt: 1, status: "succeeded", executor: "x", started_at: "", finished_at: "" };
+  setOutcome(r, new Error("wrapped", { cause: new SleepError("ax:sleep:2", 1500) }));
+  assert.equal(r.status, "sleeping");
+  assert.equal(r.step, "ax:sleep:2");
+  assert.equal(r.retry_after, "1500ms");
+  assert.equal(r.error, undefined);
 });
