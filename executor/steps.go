@@ -189,6 +189,7 @@ func (s *jobSteps) store(ctx context.Context, name string, raw json.RawMessage) 
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 100 * time.Millisecond
+	bo.Multiplier = 2 // as subjects.md says: 100 ms doubling to 2 s (jittered)
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
 	for {
