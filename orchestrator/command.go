@@ -60,6 +60,8 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		err = o.deleteLimit(ctx, id, req)
 	case kind == subject.CommandDLQDelete:
 		err = o.discardDeadLetter(ctx, id, req) // dlq.go
+	case kind == subject.CommandApprove, kind == subject.CommandReject:
+		t, err = o.approve(ctx, id, kind == subject.CommandApprove, req)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errInvalid, kind)
 	}
@@ -148,6 +150,25 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 	reason += byline(by)
 	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
 		d := lifecycle.Cancel(&t, reason, o.env())
+		if d.Verdict == lifecycle.Refuse {
+			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
+		}
+		return o.decided(ctx, t, rev, d)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
+	}
+	return t, err
+}
+
+// approve decides an event task waiting for its event: approved, it
+// succeeds with the approval as its result; rejected, it fails for good
+// (lifecycle.Approve). Its effects remove its wait marker and timeout,
+// release or cancel its dependents, and dead-letter a rejection.
+func (o *Orchestrator) approve(ctx context.Context, id string, approved bool, req task.CommandRequest) (task.Task, error) {
+	a := task.Approval{Approved: approved, By: req.By, Reason: req.Reason}
+	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		d := lifecycle.Approve(&t, a, o.env())
 		if d.Verdict == lifecycle.Refuse {
 			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
 		}
