@@ -368,7 +368,8 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Navigate(base+"task/"+approval),
 		chromedp.WaitVisible(`#approve`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#reject`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#wait-for`, chromedp.ByQuery))
+		chromedp.WaitVisible(`#wait-for`, chromedp.ByQuery),
+		shot("console-approval.png"))
 	if got := text("#wait-for"); !strings.Contains(got, "ax.event.refund.approved."+approval) {
 		t.Fatalf("the event task's wait: %q", got)
 	}
