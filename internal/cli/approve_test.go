@@ -66,6 +66,9 @@ func TestApproveCommand(t *testing.T) {
 			t.Errorf("ax status of a waiting event task lacks %q:\n%s", want, out)
 		}
 	}
+	if strings.Contains(out, "Attempt ") {
+		t.Errorf("ax status shows an attempt count for an event task:\n%s", out)
+	}
 
 	out, _ = ax(0, "approve", "ap-ok", "--reason", "receipt checked", "--by", "cli-test", "--as", "alice")
 	if out != "ap-ok\tsucceeded\tapproved by alice for cli-test: receipt checked\n" {

@@ -249,7 +249,9 @@ func printTask(g *globals, t *task.Task) {
 	row("Reason", t.Reason)
 	row("Priority", fmt.Sprintf("p%d", t.PriorityLevel()))
 	row("Capability", t.Capability)
-	row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.RetryLimit()+1))
+	if t.WaitFor == nil { // an event task runs no attempt
+		row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.RetryLimit()+1))
+	}
 	row("Execution", t.ExecutionID)
 	row("Executor", t.Executor)
 	if t.IsShard() {
