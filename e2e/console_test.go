@@ -349,6 +349,56 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Fatalf("attempts after re-drive: %q", got)
 	}
 
+	// A person's approval: an event task waits for it; the operator opens
+	// its page, sees the wait, approves it with a reason, and it succeeds
+	// with the approval as its result, releasing its dependent.
+	approval, shipping := "approval-"+task.NewID(), "ship-"+task.NewID()
+	if _, err := cl.SubmitGraph(ctx, []task.Spec{
+		{ID: approval, Type: "refund.approval", Capability: "default",
+			WaitFor: &task.EventWait{Subject: "refund.approved", Match: approval, Timeout: task.Duration(time.Hour)}},
+		{ID: shipping, Type: demo.TypeNoop, Capability: "default", DependsOn: []string{approval}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, approval+" waiting for its event", func() (bool, string) {
+		got, err := cl.Get(ctx, approval)
+		return err == nil && got.EventWaitSince != nil, fmt.Sprintf("%+v %v", got, err)
+	})
+	run("open the waiting event task",
+		chromedp.Navigate(base+"task/"+approval),
+		chromedp.WaitVisible(`#approve`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#reject`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#wait-for`, chromedp.ByQuery),
+		shot("console-approval.png"))
+	if got := text("#wait-for"); !strings.Contains(got, "ax.event.refund.approved."+approval) {
+		t.Fatalf("the event task's wait: %q", got)
+	}
+	run("approve",
+		chromedp.Click(`#approve`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#confirm`, chromedp.ByQuery),
+		chromedp.SendKeys(`#confirm input[name="reason"]`, "receipt checked", chromedp.ByQuery),
+		chromedp.Click(`#confirm-button`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#done`, chromedp.ByQuery))
+	if got := text("#done"); !strings.Contains(got, "now succeeded") {
+		t.Fatalf("approve result: %q", got)
+	}
+	if got, err := cl.Wait(ctx, approval); err != nil || got.State != task.Succeeded || got.Approval == nil ||
+		got.Approval.By != "console:"+consoleOperator || got.Approval.Reason != "receipt checked" {
+		t.Fatalf("approved task: %+v, %v", got, err)
+	}
+	if got, err := cl.Wait(ctx, shipping); err != nil || got.State != task.Succeeded {
+		t.Fatalf("the approved task's dependent: %+v, %v", got, err)
+	}
+	run("the approved task",
+		chromedp.Click(`#back`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#approval`, chromedp.ByQuery))
+	if got := text("h1"); !strings.Contains(got, "succeeded") {
+		t.Fatalf("the approved task's heading: %q", got)
+	}
+	if got := text("#approval"); !strings.Contains(got, "console:"+consoleOperator) || !strings.Contains(got, "receipt checked") {
+		t.Fatalf("the approved task's approval: %q", got)
+	}
+
 	// Pause the type, see it paused, resume it.
 	run("pause",
 		chromedp.Navigate(base),

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -60,6 +61,8 @@ func (o *Orchestrator) handleCommand(ctx context.Context, msg jetstream.Msg) err
 		err = o.deleteLimit(ctx, id, req)
 	case kind == subject.CommandDLQDelete:
 		err = o.discardDeadLetter(ctx, id, req) // dlq.go
+	case kind == subject.CommandApprove, kind == subject.CommandReject:
+		t, err = o.approve(ctx, id, kind == subject.CommandApprove, req)
 	default:
 		err = fmt.Errorf("%w: unknown command %q", errInvalid, kind)
 	}
@@ -157,6 +160,41 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
 	}
 	return t, err
+}
+
+// approve decides an event task waiting for its event: approved, it
+// succeeds with the approval as its result; rejected, it fails for good
+// (lifecycle.Approve). Its effects remove its wait marker and timeout,
+// release or cancel its dependents, and dead-letter a rejection.
+func (o *Orchestrator) approve(ctx context.Context, id string, approved bool, req task.CommandRequest) (task.Task, error) {
+	// Who and why land in the record several times over: bounded.
+	a := task.Approval{Approved: approved, By: clip(req.By, maxApprovalBy), Reason: req.Reason}
+	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
+		d := lifecycle.Approve(&t, a, o.env())
+		if d.Verdict == lifecycle.Refuse {
+			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
+		}
+		return o.decided(ctx, t, rev, d)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
+	}
+	return t, err
+}
+
+// maxApprovalBy bounds the name an approval records (a caller is at most
+// 64 bytes; the body's name is a tool's claim, such as "console:<user>").
+const maxApprovalBy = 256
+
+// clip cuts s to at most n bytes on a UTF-8 boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // errNotFound: a command names a task that has no record.

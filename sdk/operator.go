@@ -107,3 +107,38 @@ func (c *Client) RecordAudit(ctx context.Context, ev task.AuditEvent) error {
 	}
 	return nil
 }
+
+// ApproveOptions are the choices of an Approve.
+type ApproveOptions struct {
+	// Reject rejects instead of approving.
+	Reject bool
+	// Reason is recorded with the decision (the approval's "reason", or
+	// the rejection's error "rejected by <who>: <reason>").
+	Reason string
+	// By names who decides when a tool acts for someone (the console:
+	// "console:<user>"); the orchestrator records it after the client's
+	// Caller, which the server vouches for ("<caller> for <by>").
+	By string
+}
+
+// Approve decides an event task (task.Spec.WaitFor) that is waiting for
+// its event, as a person's approval in place of the event: approved, it
+// succeeds with the result {"approved": true, "by", "reason", "at"}
+// (task.Approval), which its dependents read as their input; with
+// opts.Reject, it fails for good with the error "rejected by <who>:
+// <reason>" (not retried: its all_succeeded dependents are cancelled and
+// its any_failed ones run). Who decided is the client's Caller (and
+// opts.By). It returns the task as the decision left it.
+//
+// A task that is not an event task, is not waiting for its event yet (its
+// dependencies or start time hold it) or has ended is refused with a
+// *CommandError matching ErrConflict saying which; an unknown id with
+// ErrNotFound. Deciding the same way again (a retried call) returns the
+// task as the first decision left it.
+func (c *Client) Approve(ctx context.Context, id string, opts ApproveOptions) (*task.Task, error) {
+	kind := subject.CommandApprove
+	if opts.Reject {
+		kind = subject.CommandReject
+	}
+	return c.command(ctx, kind, id, opts.Reason, By(opts.By))
+}

@@ -82,6 +82,9 @@ type Task struct {
 	// DuplicateOf names the task that held the spec's unique_key when
 	// this one was submitted: this one was created cancelled and never ran.
 	DuplicateOf string `json:"duplicate_of,omitempty"`
+	// Approval is an operator's approval or rejection of an event task
+	// (see Approval): set when one ended it.
+	Approval *Approval `json:"approval,omitempty"`
 	// Snoozes counts the snoozes of the current attempt series (at most
 	// MaxSnoozes; a re-drive resets it).
 	Snoozes int `json:"snoozes,omitempty"`

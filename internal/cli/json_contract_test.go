@@ -138,6 +138,17 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 		t.Error("cancel: not cancelled")
 	}
 	ok("submit", demo.TypeFail, "--id", "j-fail", "--max-retries", "0", "--wait")
+	if _, err := c.Submit(ctx, task.Spec{ID: "j-approve", Type: "j.approval",
+		WaitFor: &task.EventWait{Subject: "j.approval", Match: "j-approve", Timeout: task.Duration(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "j-approve waiting for its event", func() bool {
+		got, err := c.Get(ctx, "j-approve")
+		return err == nil && got.EventWaitSince != nil
+	})
+	if v := ok("approve", "j-approve", "--reason", "ok"); field(v, "state") != "succeeded" || field(v, "approval", "approved") != true {
+		t.Errorf("approve: %v", v)
+	}
 	ok("submit", demo.TypeFail, "--id", "j-fail2", "--max-retries", "0", "--wait")
 	testenv.Eventually(t, 30*time.Second, "two dead letters", func() bool { dls, err := c.DeadLetters(ctx); return err == nil && len(dls) == 2 })
 	ok("dlq", "list")
@@ -214,6 +225,8 @@ func TestJSONContractOfEveryCommand(t *testing.T) {
 		{codeInvalid, []string{"dlq", "rm", "--nats", u}},
 		{codeConflict, []string{"cancel", "j-one", "--nats", u}},
 		{codeConflict, []string{"redrive", "j-one", "--nats", u}},
+		{codeNotFound, []string{"approve", "no-such-task", "--nats", u}},
+		{codeConflict, []string{"approve", "j-one", "--reject", "--nats", u}},
 		{codeInvalid, []string{"status", "a", "b", "--nats", u}},
 		{codeInvalid, []string{"submit", "--nats", u}},
 		{codeInvalid, []string{"submit", demo.TypeNoop, "--priority", "high", "--nats", u}},

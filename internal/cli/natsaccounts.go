@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,7 +13,7 @@ import (
 // natsAccountsCmd prints the nats-server accounts block of AX's roles.
 func natsAccountsCmd(g *globals) *cobra.Command {
 	var account string
-	var executors, producers, operators []string
+	var executors, producers, operators, events []string
 	var producersCancel bool
 	cmd := &cobra.Command{
 		Use:   "nats-accounts",
@@ -28,14 +29,27 @@ An executor is CAPABILITY[=TYPE,…]: the user executor-CAPABILITY pulls only
 that capability's dispatches and reports only those task types (subject
 patterns; default CAPABILITY.>). A producer is NAME[=TYPE,…] (default: any
 type; one limited to types cannot submit graphs). The matrix is in
-deploy/security/README.md.`,
+deploy/security/README.md.
+
+Events (ax.event.>, sdk.Client.Signal): the orchestrator and operators
+publish any; a producer not limited to types publishes any by default, one
+limited to types none, an executor none. --event-subjects USER=SUBJECT,…
+replaces that for a producer or an executor user (executor-CAPABILITY):
+the event subjects it may publish, without the ax.event. prefix, as
+patterns (payment.> or payment.received.*); USER= with nothing after it
+allows none. Approving or rejecting an event task (ax approve) is an
+operator's command: no other role may.`,
 		Example: `  ax nats-accounts > /etc/nats/accounts.conf
-  ax nats-accounts --executor email --executor pdf=pdf.render,pdf.merge --producer shop=order.> --operator alice`,
+  ax nats-accounts --executor email --executor pdf=pdf.render,pdf.merge --producer shop=order.> --operator alice
+  ax nats-accounts --producer shop --producer psp --event-subjects psp=payment.> --event-subjects shop=`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			acct, err := buildAccount(account, executors, producers, operators, producersCancel)
 			if err != nil {
 				return err
+			}
+			if err := grantEvents(&acct, events); err != nil {
+				return usageError(err)
 			}
 			if g.jsonOutput() {
 				return g.printJSON(accountJSONOf(acct))
@@ -54,6 +68,7 @@ deploy/security/README.md.`,
 	f.StringArrayVar(&producers, "producer", []string{"producer", "producer-email=email.>"}, "a producer user: NAME[=TYPE,…] (repeat)")
 	f.StringArrayVar(&operators, "operator", []string{"operator", "console"}, "an operator user (the CLI's commands, the console) (repeat)")
 	f.BoolVar(&producersCancel, "producers-cancel", false, "let producers cancel tasks (any task)")
+	f.StringArrayVar(&events, "event-subjects", nil, "USER=SUBJECT,…: the events a producer or executor user may publish (patterns without ax.event.; USER= for none) (repeat)")
 	return cmd
 }
 
@@ -79,6 +94,26 @@ func buildAccount(name string, executors, producers, operators []string, cancel 
 		acct.Users = append(acct.Users, permission.User{Name: o, Role: permission.Operator})
 	}
 	return acct, acct.Validate()
+}
+
+// grantEvents applies --event-subjects USER=SUBJECT,… to the account's
+// producers and executors, then validates it again.
+func grantEvents(acct *permission.Account, grants []string) error {
+	for _, g := range grants {
+		name, list, ok := strings.Cut(g, "=")
+		if !ok {
+			return fmt.Errorf("--event-subjects %q: want USER=SUBJECT,… (USER= for none)", g)
+		}
+		i := slices.IndexFunc(acct.Users, func(u permission.User) bool { return u.Name == name })
+		switch {
+		case i < 0:
+			return fmt.Errorf("--event-subjects %q: no user %s (give a --producer, or an executor's user executor-CAPABILITY)", g, name)
+		case acct.Users[i].Role != permission.Producer && acct.Users[i].Role != permission.Executor:
+			return fmt.Errorf("--event-subjects %q: %s is a %s; only producers and executors take it", g, name, acct.Users[i].Role)
+		}
+		acct.Users[i].Events = append([]string{}, splitList(list)...) // not nil: none when empty
+	}
+	return acct.Validate()
 }
 
 func splitList(s string) []string {

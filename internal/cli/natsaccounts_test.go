@@ -3,6 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,5 +42,47 @@ func TestNATSAccounts(t *testing.T) {
 	}
 	if code, _, errOut := run("--executor", "bad.cap"); code == 0 || !strings.Contains(errOut, "invalid capability") {
 		t.Errorf("a bad capability: exit %d, %s", code, errOut)
+	}
+
+	// Events: narrowed for one producer, taken from another, granted to
+	// an executor; operators publish any.
+	code, out, errOut = run("--executor", "bill", "--producer", "psp", "--producer", "quiet", "--operator", "alice",
+		"--event-subjects", "psp=payment.>,refund.*", "--event-subjects", "quiet=", "--event-subjects", "executor-bill=invoice.sent.*", "-o", "json")
+	if code != 0 {
+		t.Fatalf("--event-subjects: exit %d: %s", code, errOut)
+	}
+	var acct struct {
+		Users []struct {
+			Name    string
+			Publish struct{ Allow []string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &acct); err != nil {
+		t.Fatal(err)
+	}
+	events := map[string][]string{}
+	for _, u := range acct.Users {
+		events[u.Name] = []string{}
+		for _, a := range u.Publish.Allow {
+			if strings.HasPrefix(a, "ax.event.") {
+				events[u.Name] = append(events[u.Name], a)
+			}
+		}
+	}
+	for user, want := range map[string][]string{
+		"psp": {"ax.event.payment.>", "ax.event.refund.*"}, "quiet": {}, "executor-bill": {"ax.event.invoice.sent.*"},
+		"alice": {"ax.event.>"}, "orchestrator": {"ax.event.>"}, "mirror": {},
+	} {
+		if !slices.Equal(events[user], want) {
+			t.Errorf("%s may publish events %q, want %q", user, events[user], want)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--event-subjects", "nobody=x.>"}, {"--event-subjects", "operator=x.>"}, {"--event-subjects", "producer"},
+		{"--event-subjects", "producer=a b"},
+	} {
+		if code, _, errOut := run(bad...); code == 0 || errOut == "" {
+			t.Errorf("%q: exit %d, %s; want refused", bad, code, errOut)
+		}
 	}
 }

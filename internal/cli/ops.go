@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ax-run/ax/internal/object"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -248,7 +249,9 @@ func printTask(g *globals, t *task.Task) {
 	row("Reason", t.Reason)
 	row("Priority", fmt.Sprintf("p%d", t.PriorityLevel()))
 	row("Capability", t.Capability)
-	row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.RetryLimit()+1))
+	if t.WaitFor == nil { // an event task runs no attempt
+		row("Attempt", fmt.Sprintf("%d of %d", t.Attempt, t.RetryLimit()+1))
+	}
 	row("Execution", t.ExecutionID)
 	row("Executor", t.Executor)
 	if t.IsShard() {
@@ -266,6 +269,9 @@ func printTask(g *globals, t *task.Task) {
 		row("Trigger rule", string(t.TriggerRule))
 	}
 	row("Dependents", strings.Join(t.Dependents, ", "))
+	for _, kv := range eventRows(t) {
+		row(kv[0], kv[1])
+	}
 	row("Submitted", t.SubmittedAt.Format(time.RFC3339Nano))
 	row("Ready", ts(t.ReadyAt))
 	row("Started", ts(t.StartedAt))
@@ -281,6 +287,49 @@ func printTask(g *globals, t *task.Task) {
 		row(fmt.Sprintf("Error #%d", e.Attempt), e.Error)
 	}
 	_ = w.Flush()
+}
+
+// eventRows are what ax status shows of an event task's wait: the event
+// it waits for, since when and until when, and how it ended (the event's
+// sequence, its data being the result; or who approved or rejected it).
+func eventRows(t *task.Task) [][2]string {
+	w := t.WaitFor
+	if w == nil {
+		return nil
+	}
+	out := [][2]string{{"Waits for", fmt.Sprintf("event %s (subject %s, match %s, timeout %s)", subject.Event(w.EventSubject()), w.Subject, w.Match, w.Timeout.Std())}}
+	switch {
+	case t.EventWaitSince != nil:
+		out = append(out, [2]string{"Waiting since", t.EventWaitSince.Format(time.RFC3339Nano)})
+	case !t.State.Terminal():
+		out = append(out, [2]string{"Waiting since", "not yet: its dependencies or start time hold it"})
+	}
+	if t.ExpiresAt != nil && !t.State.Terminal() {
+		out = append(out, [2]string{"Timeout at", t.ExpiresAt.Format(time.RFC3339Nano)})
+	}
+	if t.EventSeq != 0 {
+		at := ""
+		if t.FinishedAt != nil {
+			at = " at " + t.FinishedAt.Format(time.RFC3339Nano)
+		}
+		out = append(out, [2]string{"Event", fmt.Sprintf("arrived%s: AX_EVENTS sequence %d, its data the result", at, t.EventSeq)})
+	}
+	if a := t.Approval; a != nil {
+		k := "Approved by"
+		if !a.Approved {
+			k = "Rejected by"
+		}
+		v := a.By
+		if v == "" {
+			v = "(unnamed)"
+		}
+		v += " at " + a.At.Format(time.RFC3339Nano)
+		if a.Reason != "" {
+			v += ": " + a.Reason
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out
 }
 
 // inputResultWidth bounds an inline result shown in ax status's inputs.
@@ -383,6 +432,45 @@ func cancelCmd(g *globals) *cobra.Command {
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "reason recorded in the audit trail")
+	return cmd
+}
+
+// approveCmd is `ax approve`: an operator's approval or rejection of an
+// event task waiting for its event (sdk.Client.Approve).
+func approveCmd(g *globals) *cobra.Command {
+	var opts sdk.ApproveOptions
+	cmd := &cobra.Command{
+		Use:   "approve ID",
+		Short: "Approve (or --reject) an event task waiting for its event: it succeeds with the approval as its result, or fails for good",
+		Long: `Decides an event task (a spec with wait_for) that waits for its event,
+in place of the event. Approved, it succeeds with the result
+{"approved": true, "by", "reason", "at"}, which its dependents read as
+their input. Rejected, it fails for good (no retry) with the error
+"rejected by <who>: <reason>": its all_succeeded dependents are cancelled
+and its any_failed ones run. Who decided is --as (vouched for by the
+server under per-user permissions) and --by.
+
+A task that is not an event task, does not wait for its event yet, or has
+ended is refused: the command exits non-zero saying which.`,
+		Example: `  ax approve refund-42 --reason "receipt checked"
+  ax approve refund-43 --reject --reason "no receipt"`,
+		Args: cobra.ExactArgs(1),
+		RunE: g.withClient(func(ctx context.Context, c *sdk.Client, args []string) error {
+			t, err := c.Approve(ctx, args[0], opts)
+			if err != nil {
+				return err
+			}
+			if g.jsonOutput() {
+				return g.printJSON(t)
+			}
+			fmt.Fprintf(g.stdout, "%s\t%s\t%s\n", t.ID, t.State, t.Reason)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&opts.Reject, "reject", false, "reject: the task fails for good")
+	f.StringVar(&opts.Reason, "reason", "", "reason recorded with the decision")
+	f.StringVar(&opts.By, "by", os.Getenv("USER"), "who decides, recorded with the decision (after --as)")
 	return cmd
 }
 

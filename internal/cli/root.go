@@ -70,7 +70,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func commands(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		devCmd(g), orchestratorCmd(g), serverCmd(g), workerCmd(g),
-		submitCmd(g), statusCmd(g), cancelCmd(g), dlqCmd(g), redriveCmd(g), rejectedCmd(g), benchCmd(g), scheduleCmd(g), pauseCmd(g), resumeCmd(g), limitsCmd(g), mirrorCmd(g), auditCmd(g), topologyCmd(g), poisonCmd(g), consoleCmd(g),
+		submitCmd(g), statusCmd(g), cancelCmd(g), approveCmd(g), dlqCmd(g), redriveCmd(g), rejectedCmd(g), benchCmd(g), scheduleCmd(g), pauseCmd(g), resumeCmd(g), limitsCmd(g), mirrorCmd(g), auditCmd(g), topologyCmd(g), poisonCmd(g), consoleCmd(g),
 		relayCmd(g), planCmd(g), natsAccountsCmd(g), migrateCmd(g), versionCmd(g), healthcheckCmd(g), workersCmd(g), tasksCmd(g),
 	}
 }

@@ -27,6 +27,10 @@ const (
 	actScheduleRun    = "schedule-trigger"
 	// actDLQDiscard discards dead letters (dlq.go): their tasks stay failed.
 	actDLQDiscard = "dlq-discard"
+	// actApprove and actReject decide an event task waiting for its event
+	// (sdk.Client.Approve).
+	actApprove = "approve"
+	actReject  = "reject"
 )
 
 // bulkWorkers bounds the commands a bulk action has in flight.
@@ -132,6 +136,22 @@ func (s *Server) resolve(ctx context.Context, action string, f url.Values) (*pla
 			return nil, err
 		}
 		p.Summary = "Cancel task " + p.IDs[0] + " (a running handler has its context cancelled)."
+	case actApprove, actReject:
+		if err := oneTask(); err != nil {
+			return nil, err
+		}
+		t, err := s.c.Get(ctx, p.IDs[0])
+		if err != nil {
+			return nil, fmt.Errorf("task %s: %v.", p.IDs[0], err)
+		}
+		if !awaitingEvent(t) {
+			return nil, fmt.Errorf("task %s is %s and not an event task waiting for its event: only such a task can be approved or rejected.", t.ID, t.State)
+		}
+		if action == actApprove {
+			p.Summary = "Approve task " + t.ID + " in place of its event " + t.WaitFor.EventSubject() + ": it succeeds with the approval (your name, the reason, the time) as its result, which its dependents read."
+		} else {
+			p.Summary = "Reject task " + t.ID + ": it fails for good (no retry) with the error \"rejected by console:<you>: <reason>\"; its dependents that need it to succeed are cancelled, its any_failed ones run."
+		}
 	case actRerun:
 		if err := oneTask(); err != nil {
 			return nil, err
@@ -285,7 +305,7 @@ func (s *Server) carryOut(ctx context.Context, u user, p *plan) []outcome {
 		}
 	}
 	switch p.Action {
-	case actCancel, actRedrive, actRerun, actDLQDiscard:
+	case actCancel, actRedrive, actRerun, actDLQDiscard, actApprove, actReject:
 		out := make([]outcome, len(p.IDs))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, bulkWorkers)
@@ -381,6 +401,14 @@ func (s *Server) taskCommand(ctx context.Context, u user, p *plan, id, reason st
 			o.OK, o.Detail, o.Link = true, "dead letter discarded; the task stays failed", "/task/"+escapeID(id)
 			return o
 		}
+	case actApprove, actReject:
+		// The operator's own reason; who decided is the console's user,
+		// recorded as the command's by.
+		t, err = s.c.Approve(ctx, id, sdk.ApproveOptions{Reject: p.Action == actReject, Reason: p.Reason, By: "console:" + u.Name})
+		if err == nil {
+			o.OK, o.Detail = true, "now "+string(t.State)+": "+t.Reason
+			return o
+		}
 	case actRerun:
 		var nid string
 		nid, err = s.c.Rerun(ctx, id)
@@ -396,4 +424,10 @@ func (s *Server) taskCommand(ctx context.Context, u user, p *plan, id, reason st
 	o.OK = true
 	o.Detail = "now " + string(t.State)
 	return o
+}
+
+// awaitingEvent reports whether t is an event task waiting for its event
+// (lifecycle.AwaitingEvent): the tasks an operator may approve or reject.
+func awaitingEvent(t *task.Task) bool {
+	return t.WaitFor != nil && t.State == task.Waiting && t.EventWaitSince != nil
 }

@@ -290,6 +290,17 @@ func (s *Server) explain(t *task.Task, g DAG, att []Attempt, shards *sdk.ShardPr
 		case len(pending) > 0:
 			out = append(out, fmt.Sprintf("Waiting for %d of %d dependencies: %s.", len(pending), len(t.DependsOn), strings.Join(pending, ", ")))
 		}
+		if w := t.WaitFor; w != nil {
+			if t.EventWaitSince != nil {
+				line := fmt.Sprintf("Waiting for event ax.event.%s%s", w.EventSubject(), since(t.EventWaitSince))
+				if t.ExpiresAt != nil {
+					line += fmt.Sprintf(", until its timeout at %s (in %s)", t.ExpiresAt.UTC().Format(time.RFC3339), t.ExpiresAt.Sub(now).Round(time.Second))
+				}
+				out = append(out, line+". An operator may approve or reject it in place of the event.")
+			} else {
+				out = append(out, fmt.Sprintf("An event task: once its dependencies and start time allow, it waits for event ax.event.%s (timeout %s).", w.EventSubject(), w.Timeout.Std()))
+			}
+		}
 		if len(out) == 0 {
 			out = append(out, "Waiting"+since(&t.UpdatedAt)+": "+t.Reason)
 		}
@@ -438,6 +449,8 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request, v *visit) {
 	data["CanCancel"] = !t.State.Terminal()
 	data["CanRedrive"] = t.State == task.Failed && !t.IsShard()
 	data["CanRerun"] = t.State.Terminal() && !t.IsShard()
+	// Approve and Reject only where they apply, and only to operators.
+	data["CanApprove"] = awaitingEvent(t) && v.User.Operator()
 	s.render(w, r, v, http.StatusOK, "task", data)
 }
 

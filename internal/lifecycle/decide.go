@@ -439,6 +439,7 @@ func Redrive(t *task.Task, withDependents bool, reason string, env *Env) (d Deci
 	ready(&d.Next, 1, env.Now, env.NewExecutionID())
 	d.Next.Errors = nil
 	d.Next.Result = nil
+	d.Next.Approval = nil // a rejected event task waits again, for an event or an approval
 	d.Next.Redrives++
 	d.Next.Snoozes, d.Next.Snoozed = 0, false
 	return d.applied(reason)

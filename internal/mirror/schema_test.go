@@ -45,8 +45,8 @@ func TestMigrateFromVersion2(t *testing.T) {
 
 	check := func(what string) {
 		t.Helper()
-		if v, err := Migrate(ctx, db); err != nil || v != SchemaVersion() || v != 4 {
-			t.Fatalf("%s: migrate to version 4: %d, %v", what, v, err)
+		if v, err := Migrate(ctx, db); err != nil || v != SchemaVersion() || v != 5 {
+			t.Fatalf("%s: migrate to version 5: %d, %v", what, v, err)
 		}
 		if err := CheckSchema(ctx, db); err != nil {
 			t.Fatalf("%s: %v", what, err)

@@ -85,6 +85,28 @@ ON DUPLICATE KEY UPDATE
   sleep_until = IF(VALUES(seq) > seq, VALUES(sleep_until), sleep_until),
   seq         = GREATEST(seq, VALUES(seq))`
 
+// upsertEventWaits overwrites an event task's row only with a newer event
+// (higher sequence), as upsertTasks does.
+const upsertEventWaits = `INSERT INTO ax_event_waits
+  (task_id, type, subject, match_token, timeout_ms, outcome, waiting_since, timeout_at, event_seq, event_data,
+   ended_at, decided_by, decision_reason, updated_at, last_seq)
+VALUES %s
+ON DUPLICATE KEY UPDATE
+  type            = IF(VALUES(last_seq) > last_seq, VALUES(type), type),
+  subject         = IF(VALUES(last_seq) > last_seq, VALUES(subject), subject),
+  match_token     = IF(VALUES(last_seq) > last_seq, VALUES(match_token), match_token),
+  timeout_ms      = IF(VALUES(last_seq) > last_seq, VALUES(timeout_ms), timeout_ms),
+  outcome         = IF(VALUES(last_seq) > last_seq, VALUES(outcome), outcome),
+  waiting_since   = IF(VALUES(last_seq) > last_seq, VALUES(waiting_since), waiting_since),
+  timeout_at      = IF(VALUES(last_seq) > last_seq, VALUES(timeout_at), timeout_at),
+  event_seq       = IF(VALUES(last_seq) > last_seq, VALUES(event_seq), event_seq),
+  event_data      = IF(VALUES(last_seq) > last_seq, VALUES(event_data), event_data),
+  ended_at        = IF(VALUES(last_seq) > last_seq, VALUES(ended_at), ended_at),
+  decided_by      = IF(VALUES(last_seq) > last_seq, VALUES(decided_by), decided_by),
+  decision_reason = IF(VALUES(last_seq) > last_seq, VALUES(decision_reason), decision_reason),
+  updated_at      = IF(VALUES(last_seq) > last_seq, VALUES(updated_at), updated_at),
+  last_seq        = GREATEST(last_seq, VALUES(last_seq))`
+
 // writeBatch writes b in one transaction. It is idempotent: writing the same
 // events again, or older ones after newer, changes nothing. mid, if not nil,
 // runs inside the transaction after the events are inserted (tests use it
@@ -136,6 +158,17 @@ func writeBatch(ctx context.Context, db *sql.DB, b batch, mid func() error) erro
 			nullTime(r.SleepUntil), null(r.Result), null(r.ResultObject), null(r.ResultBucket), null(r.ResultDigest), r.Seq)
 	}); err != nil {
 		return fmt.Errorf("upsert steps: %w", err)
+	}
+	if err := execChunks(ctx, tx, upsertEventWaits, 15, len(b.waits), func(i int, args []any) []any {
+		r := b.waits[i]
+		var seq any
+		if r.EventSeq != 0 {
+			seq = r.EventSeq
+		}
+		return append(args, r.TaskID, r.Type, r.Subject, r.Match, r.TimeoutMS, r.Outcome, nullTime(r.WaitingSince),
+			nullTime(r.TimeoutAt), seq, null(r.EventData), nullTime(r.EndedAt), null(r.DecidedBy), null(r.Reason), r.UpdatedAt, r.LastSeq)
+	}); err != nil {
+		return fmt.Errorf("upsert event waits: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit batch: %w", err)

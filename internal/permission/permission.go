@@ -20,14 +20,18 @@
 //     signals, and announces itself in the workers registry under its
 //     capabilities' keys (AX_WORKERS). It reads task records, leases, fan-in markers and every
 //     capability's objects (upstream results). It writes no record and no
-//     stream configuration.
+//     stream configuration, and publishes no event unless its Events grant
+//     some (a handler that signals what it did).
 //   - producer: submits (on every intake lane, or only for some types),
 //     reads task state and results, and cancels only when granted. A
 //     producer not limited to types also publishes events (ax.event.>,
-//     sdk.Client.Signal).
+//     sdk.Client.Signal) unless its Events narrow them; one limited to
+//     types publishes only the events its Events grant.
 //   - mirror: reads AX_TASKS through its durable consumer; writes nothing.
 //   - operator (the CLI's operator commands and the console): sends
-//     commands, records operator audit events, resubmits (re-run, a
+//     commands (approving or rejecting event tasks included: only
+//     operators may), publishes events (ax.event.>), records operator
+//     audit events, resubmits (re-run, a
 //     schedule fired by hand) and reads everything but the queues'
 //     messages (pauses, breakers and key limits in AX_CONTROL, the
 //     concurrency slots in AX_SLOTS and the workers registry AX_WORKERS
@@ -88,6 +92,13 @@ type User struct {
 	// not know about: an executor whose handlers submit tasks needs the
 	// submit subjects.
 	Publish []string
+	// Events are the event subjects (sdk.Client.Signal, without the
+	// ax.event. prefix; patterns such as "payment.>" or
+	// "payment.received.*") a producer or an executor may publish. Nil:
+	// the role's default — every event for a producer not limited to
+	// types, none for one limited to types and for an executor. Empty and
+	// not nil: none.
+	Events []string
 }
 
 // Rules allow and deny subjects; a denied subject is refused even when an
@@ -139,6 +150,14 @@ func (u User) Validate() error {
 	if u.Cancel && u.Role != Producer {
 		return fmt.Errorf("user %s: only a producer takes Cancel (an operator may always cancel)", u.Name)
 	}
+	if u.Events != nil && u.Role != Producer && u.Role != Executor {
+		return fmt.Errorf("user %s: only a producer or an executor takes Events (an operator and the orchestrator publish every event, the mirror none)", u.Name)
+	}
+	for _, e := range u.Events {
+		if !validPattern(e) || strings.Count(e, ".") >= task.MaxEventSubjectTokens+1 {
+			return fmt.Errorf("user %s: invalid event subject pattern %q (dot-separated tokens of [A-Za-z0-9_-], \"*\", a final \">\"; at most %d tokens)", u.Name, e, task.MaxEventSubjectTokens+1)
+		}
+	}
 	for _, t := range u.Types {
 		if !validPattern(t) {
 			return fmt.Errorf("user %s: invalid type pattern %q", u.Name, t)
@@ -176,6 +195,16 @@ func (u User) Permissions(capabilities []string) Permissions {
 		p = mirror(ready)
 	case Operator:
 		p = operator(u.Name, objects, ready)
+	}
+	switch {
+	case u.Role != Producer && u.Role != Executor:
+	case u.Events != nil:
+		for _, e := range u.Events {
+			p.Publish.Allow = append(p.Publish.Allow, subject.Event(e))
+		}
+	case u.Role == Producer && len(u.Types) == 0:
+		// Events that event tasks wait for (sdk.Client.Signal).
+		p.Publish.Allow = append(p.Publish.Allow, subject.EventAll)
 	}
 	p.Subscribe.Allow = append([]string{u.InboxPrefix() + ".>"}, p.Subscribe.Allow...)
 	p.Publish.Allow = append(p.Publish.Allow, u.Publish...)
@@ -415,8 +444,6 @@ func producer(name string, types []string, cancel bool, objects, ready []string)
 		read(&p, Producer, ready, append([]string{subject.StreamTasks, subject.StreamEdges, subject.StreamFanIn, subject.StreamCounts},
 			objStreams(objects)...)...)
 		p.Publish.Allow = append(p.Publish.Allow, msgGet(subject.StreamRejected), subject.StateAll)
-		// Events that event tasks wait for (sdk.Client.Signal).
-		p.Publish.Allow = append(p.Publish.Allow, subject.EventAll)
 	} else {
 		// Limited to types: the state of its types' tasks only, asked of
 		// an orchestrator (sdk.Client.State), which answers a task or a
@@ -459,6 +486,7 @@ func operator(name string, objects, ready []string) Permissions {
 		// server vouches for it.
 		subject.CommandAs(name, "*", ">"),
 		subject.Audit(auditOperator, ">"),
+		subject.EventAll, // events (sdk.Client.Signal)
 		streamInfoAll,
 		jsAPI+"INFO", jsAPI+"STREAM.NAMES", jsAPI+"STREAM.LIST",
 		jsAPI+"CONSUMER.INFO.*.*", jsAPI+"CONSUMER.NAMES.*", jsAPI+"CONSUMER.LIST.*", // backlogs, lag

@@ -408,3 +408,72 @@ func TestOrchestratorWritesEveryStream(t *testing.T) {
 		}
 	}
 }
+
+// TestEventPermissions: who may publish events (ax.event.>) and decide
+// event tasks (approve, reject). The orchestrator and operators publish
+// any event, a producer not limited to types any by default, one limited
+// to types none, an executor none; Events narrows a producer's to its
+// subjects, grants an executor some, or (empty) takes them away. Only
+// operators may approve or reject.
+func TestEventPermissions(t *testing.T) {
+	users := map[string]permission.Permissions{}
+	acct := permission.Sample()
+	acct.Users = append(acct.Users,
+		permission.User{Name: "psp", Role: permission.Producer, Events: []string{"payment.>", "refund.*.eu"}},
+		permission.User{Name: "quiet", Role: permission.Producer, Events: []string{}},
+		permission.User{Name: "typed-events", Role: permission.Producer, Types: []string{"order.>"}, Events: []string{"order.*"}},
+		permission.User{Name: "executor-bill", Role: permission.Executor, Capability: "bill", Types: []string{"bill.>"}, Events: []string{"invoice.sent.*"}},
+	)
+	if err := acct.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range acct.Users {
+		users[u.Name] = u.Permissions(acct.Capabilities())
+	}
+	for _, c := range []struct {
+		user, subj string
+		want       bool
+	}{
+		{"orchestrator", subject.Event("payment.received.o1"), true},
+		{"operator", subject.Event("payment.received.o1"), true},
+		{"console", subject.Event("approval.order.o1"), true},
+		{"producer", subject.Event("payment.received.o1"), true},
+		{"producer-email", subject.Event("payment.received.o1"), false},
+		{"executor-email", subject.Event("payment.received.o1"), false},
+		{"mirror", subject.Event("payment.received.o1"), false},
+		{"psp", subject.Event("payment.received.o1"), true},
+		{"psp", subject.Event("refund.done.eu"), true},
+		{"psp", subject.Event("refund.done.us"), false},
+		{"psp", subject.Event("order.shipped.o1"), false},
+		{"quiet", subject.Event("payment.received.o1"), false},
+		{"quiet", subject.Submit("x"), true},
+		{"typed-events", subject.Event("order.o1"), true},
+		{"typed-events", subject.Event("payment.received.o1"), false},
+		{"executor-bill", subject.Event("invoice.sent.o1"), true},
+		{"executor-bill", subject.Event("payment.received.o1"), false},
+		// Approvals are commands: operators only, under their own name.
+		{"operator", subject.CommandAs("operator", subject.CommandApprove, "o1"), true},
+		{"operator", subject.CommandAs("operator", subject.CommandReject, "o1"), true},
+		{"operator", subject.CommandAs("console", subject.CommandApprove, "o1"), false},
+		{"producer", subject.CommandAs("producer", subject.CommandApprove, "o1"), false},
+		{"producer", subject.Command(subject.CommandApprove, "o1"), false},
+		{"psp", subject.CommandAs("psp", subject.CommandApprove, "o1"), false},
+		{"executor-email", subject.CommandAs("executor-email", subject.CommandApprove, "o1"), false},
+		{"executor-email", subject.Command(subject.CommandReject, "o1"), false},
+	} {
+		if got := allowed(users[c.user].Publish, c.subj); got != c.want {
+			t.Errorf("%s may publish %s: %v, want %v", c.user, c.subj, got, c.want)
+		}
+	}
+	for _, u := range []permission.User{
+		{Name: "o", Role: permission.Operator, Events: []string{"x.>"}},
+		{Name: "m", Role: permission.Mirror, Events: []string{}},
+		{Name: "p", Role: permission.Producer, Events: []string{"a.>.b"}},
+		{Name: "p", Role: permission.Producer, Events: []string{"a b"}},
+		{Name: "p", Role: permission.Producer, Events: []string{"a.b.c.d.e.f.g.h.i"}},
+	} {
+		if err := u.Validate(); err == nil {
+			t.Errorf("%+v: valid, want an error", u)
+		}
+	}
+}

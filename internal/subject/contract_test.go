@@ -27,7 +27,7 @@ func TestContractDocumentsEveryName(t *testing.T) {
 		StreamTypes, TaskTypeAll, TaskType("<type>"), BucketObjects, ObjectBucket("<capability>"),
 		CommandPause, CommandResume, CommandScheduleCreate, CommandSchedulePause, CommandScheduleResume, CommandScheduleDelete,
 		State("<id>", "<type>"),
-		BucketWorkers, "$KV.AX_WORKERS.<key>", "<capability>.<executor id>", CommandDLQDelete,
+		BucketWorkers, "$KV.AX_WORKERS.<key>", "<capability>.<executor id>", CommandDLQDelete, CommandApprove, CommandReject,
 	}
 	for _, k := range TimerKinds {
 		names = append(names, "| `"+string(k)+"` |")

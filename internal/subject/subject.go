@@ -582,6 +582,10 @@ const (
 	// CommandDLQDelete discards a task's dead letter (ax dlq rm); its id
 	// is the task id. The task's record stays failed.
 	CommandDLQDelete = "dlq-delete"
+	// CommandApprove and CommandReject decide an event task waiting for
+	// its event (ax approve [--reject]); their id is the task id.
+	CommandApprove = "approve"
+	CommandReject  = "reject"
 )
 
 // Command is the subject of an operator command about a task.
