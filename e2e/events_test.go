@@ -160,9 +160,9 @@ func TestEventWaiters(t *testing.T) {
 	submit(after)
 
 	// Hot: one event while its waiters are being submitted.
-	submit(hot[:len(hot)/2])
+	submit(hot[:3*len(hot)/4])
 	signal("pay.hot.all", data("hot", -1))
-	submit(hot[len(hot)/2:])
+	submit(hot[3*len(hot)/4:])
 
 	// During: submissions and events at once; an orchestrator killed -9
 	// and restarted in the middle.
@@ -206,18 +206,25 @@ func TestEventWaiters(t *testing.T) {
 		signal(w.event, w.data)
 	}
 
+	lastEvent := time.Now()
+
 	// Every task ends as it must, once.
 	counts := map[task.State]int{}
+	var lastMatch time.Time // the last success or cancellation
 	for _, w := range all {
 		got, err := cl.Wait(ctx, w.spec.ID)
 		if err != nil {
 			t.Fatalf("wait %s: %v", w.spec.ID, err)
 		}
 		counts[got.State]++
+		if got.State != task.Expired && got.FinishedAt != nil && got.FinishedAt.After(lastMatch) {
+			lastMatch = *got.FinishedAt
+		}
 		checkWaiter(t, cl, w, got)
 	}
-	t.Logf("%d event waiters (%d on one subject, %d with an old cancel event, %d with no event) and %d cancel_on handlers: %v in %s",
-		len(all)-len(running), len(hot), len(before), len(expiring), len(running), counts, time.Since(begin).Round(time.Second))
+	t.Logf("%d event waiters (%d on one subject, %d with an old cancel event, %d with no event) and %d cancel_on handlers: %v; submitted and signalled in %s, the last match %s after the last event; %s in all",
+		len(all)-len(running), len(hot), len(before), len(expiring), len(running), counts,
+		lastEvent.Sub(begin).Round(100*time.Millisecond), lastMatch.Sub(lastEvent).Round(10*time.Millisecond), time.Since(begin).Round(time.Second))
 }
 
 // checkWaiter checks how one task of TestEventWaiters ended.
