@@ -334,6 +334,8 @@ func (o *Orchestrator) deliverEvent(ctx context.Context, es string, seq, from ui
 			return err
 		}
 	}
+	o.log.Info("event delivery continues in a message of its own", slog.String("event", es),
+		slog.Uint64("event_seq", seq), slog.Uint64("from", from))
 	return o.armTimer(ctx, subject.TimerEvents, timerFire{ID: es + "." + strconv.FormatUint(seq, 10),
 		Event: es, EventSeq: seq, From: from, At: o.now()})
 }
