@@ -63,11 +63,11 @@ const eventWaitersPerMessage = 1000
 // matchEvent is the effect MatchEvent of an event task t at rev.
 func (o *Orchestrator) matchEvent(ctx context.Context, t task.Task, rev uint64) error {
 	es := t.WaitFor.EventSubject()
-	if over, err := o.registerEventMarker(ctx, t, es); err != nil || over {
-		if over {
-			return o.tooManyWaiters(ctx, t, es)
-		}
+	switch reg, err := o.registerEventMarker(ctx, t, es); {
+	case err != nil, reg == markerEnded:
 		return err
+	case reg == markerOver:
+		return o.tooManyWaiters(ctx, t, es)
 	}
 	if err := o.armDeadline(ctx, t); err != nil {
 		return err
@@ -98,11 +98,13 @@ func (o *Orchestrator) matchEvent(ctx context.Context, t task.Task, rev uint64) 
 // accepted. ended says the task ended here.
 func (o *Orchestrator) watchCancel(ctx context.Context, t task.Task) (ended bool, err error) {
 	es := t.CancelOn.EventSubject()
-	if over, err := o.registerEventMarker(ctx, t, es); err != nil || over {
-		if over {
-			return true, o.tooManyWaiters(ctx, t, es)
-		}
+	switch reg, err := o.registerEventMarker(ctx, t, es); {
+	case err != nil:
 		return false, err
+	case reg == markerEnded:
+		return true, nil
+	case reg == markerOver:
+		return true, o.tooManyWaiters(ctx, t, es)
 	}
 	m, err := o.events.GetLastMsgForSubject(ctx, subject.Event(es))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -138,38 +140,67 @@ func (o *Orchestrator) eventAcceptance(ctx context.Context) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
+// markerOutcome is what registerEventMarker did.
+type markerOutcome uint8
+
+const (
+	// markerStored: the marker is there (stored now, or before).
+	markerStored markerOutcome = iota
+	// markerOver: stored, and the subject has more markers than
+	// Limits.MaxEventWaitersPerSubject: the task must fail.
+	markerOver
+	// markerEnded: stored, but the task ended meanwhile (its end's
+	// removal of its markers ran first): the marker was removed again.
+	markerEnded
+)
+
 // registerEventMarker stores t's marker for the events of es, once: a
 // marker stored before (a replay, a look again, a task waiting for and
 // cancelled by es) is left as it is. A new marker is counted in es's
-// counter; over is true when es then has more markers than
-// Limits.MaxEventWaitersPerSubject (the counter is a hint: past the bound
-// the markers are counted).
-func (o *Orchestrator) registerEventMarker(ctx context.Context, t task.Task, es string) (over bool, err error) {
+// counter (a hint: past Limits.MaxEventWaitersPerSubject the markers are
+// counted), and the task is read again: one that ended while its marker
+// was being stored (a short handler's report applied before its
+// creation's effects ran) has its markers removed, so none is left
+// behind.
+func (o *Orchestrator) registerEventMarker(ctx context.Context, t task.Task, es string) (markerOutcome, error) {
 	subj := subject.EventWait(es, t.ID)
-	_, err = o.js.Publish(ctx, subj, nil, jetstream.WithExpectLastSequenceForSubject(0, subj))
+	_, err := o.js.Publish(ctx, subj, nil, jetstream.WithExpectLastSequenceForSubject(0, subj))
 	if store.IsConflict(err) {
-		return false, nil // registered before
+		return markerStored, nil // registered before
 	}
 	if err != nil {
-		return false, fmt.Errorf("register the wait of %s for %s: %w", t.ID, es, err)
+		return markerStored, fmt.Errorf("register the wait of %s for %s: %w", t.ID, es, err)
+	}
+	n, err := o.addEventWaiters(ctx, es, 1)
+	if err != nil {
+		return markerStored, err
+	}
+	cur, _, err := o.store.Get(ctx, t.ID)
+	if err != nil {
+		return markerStored, err
+	}
+	if cur.State.Terminal() {
+		return markerEnded, o.forgetEventWait(ctx, cur)
 	}
 	bound := o.cfg.Limits.MaxEventWaitersPerSubject
-	n, err := o.addEventWaiters(ctx, es, 1)
-	if err != nil || bound < 0 || n <= int64(bound) {
-		return false, err
+	if bound < 0 || n <= int64(bound) {
+		return markerStored, nil
 	}
 	exact, err := o.countEventWaiters(ctx, es)
 	if err != nil {
-		return false, err
+		return markerStored, err
 	}
 	if exact != n {
 		// Put the hint right (a crash between a marker's removal and its
 		// count's, say).
 		if _, err := o.addEventWaiters(ctx, es, exact-n); err != nil {
-			return false, err
+			return markerStored, err
 		}
 	}
-	return exact > int64(bound), nil
+	if exact > int64(bound) {
+		return markerOver, nil
+	}
+	return markerStored, nil
 }
 
 // tooManyWaiters fails an unfinished task whose registration for es
