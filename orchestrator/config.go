@@ -149,6 +149,10 @@ type Config struct {
 	Now func() time.Time
 	// Random returns uniform numbers in [0,1) for retry jitter. Default math/rand/v2.
 	Random func() float64
+
+	// eventsPerMessage bounds the event waiters one message handles
+	// (default eventWaitersPerMessage; lowered by tests).
+	eventsPerMessage int
 }
 
 // config is a Config with defaults applied and its public policy types
@@ -174,6 +178,9 @@ func (c Config) withDefaults() config {
 		c.MaxPayload = task.DefaultMaxPayload
 	}
 	c.Limits = c.Limits.withDefaults()
+	if c.eventsPerMessage <= 0 {
+		c.eventsPerMessage = eventWaitersPerMessage
+	}
 	if c.FairWindow == 0 {
 		c.FairWindow = DefaultFairWindow
 	}

@@ -26,10 +26,10 @@ func TestPublicDefaultsMatchTheImplementation(t *testing.T) {
 	if got := c.Breaker.WithDefaults(); got != want {
 		t.Errorf("breaker defaults %+v, documented %+v", got, want)
 	}
-	if want := (Limits{MaxGraphTasks: task.MaxGraphTasks, MaxDependencies: task.MaxDependencies, MaxShards: task.MaxShards}); c.Limits != want {
+	if want := (Limits{MaxGraphTasks: task.MaxGraphTasks, MaxDependencies: task.MaxDependencies, MaxShards: task.MaxShards, MaxEventWaitersPerSubject: DefaultMaxEventWaitersPerSubject}); c.Limits != want {
 		t.Errorf("limits defaults %+v, documented %+v", c.Limits, want)
 	}
-	if low := (Config{Limits: Limits{MaxGraphTasks: 1, MaxDependencies: 2, MaxShards: 3, MaxTaskTypes: 4}}).withDefaults(); low.Limits != (Limits{1, 2, 3, 4}) {
+	if low := (Config{Limits: Limits{MaxGraphTasks: 1, MaxDependencies: 2, MaxShards: 3, MaxTaskTypes: 4, MaxEventWaitersPerSubject: 5}}).withDefaults(); low.Limits != (Limits{1, 2, 3, 4, 5}) {
 		t.Errorf("configured limits changed by defaults: %+v", low.Limits)
 	}
 	for _, s := range topology.Streams(c.Topology) {

@@ -192,6 +192,9 @@ func (o *Orchestrator) applyEffect(ctx context.Context, e lifecycle.Effect, t ta
 		return o.revoke(ctx, t)
 	case lifecycle.MatchEvent:
 		return o.matchEvent(ctx, t, rev)
+	case lifecycle.WatchCancel:
+		_, err := o.watchCancel(ctx, t)
+		return err
 	}
 	return fmt.Errorf("task %s: unknown effect %v", t.ID, e)
 }

@@ -3,10 +3,14 @@ package orchestrator_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/executor"
 	"github.com/ax-run/ax/internal/natsserver"
@@ -202,5 +206,160 @@ func TestEventSpecValidation(t *testing.T) {
 	}
 	if !task.ValidEventSubject("a.b.c.d.e.f.g.x") || task.ValidEventSubject("a") || task.ValidEventSubject("a.b.c.d.e.f.g.h.x") {
 		t.Error("ValidEventSubject")
+	}
+}
+
+// cancelOn gives s a cancel_on <subj>.<match>.
+func cancelOn(s task.Spec, subj, match string) task.Spec {
+	s.CancelOn = &task.EventCancel{Subject: subj, Match: match}
+	return s
+}
+
+// waitCancelled waits for id to end and checks an event on es cancelled it.
+func waitCancelled(ctx context.Context, t *testing.T, c *sdk.Client, id, es string) *task.Task {
+	t.Helper()
+	got, err := c.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	if got.State != task.Cancelled || !strings.HasPrefix(got.Reason, "cancelled by event "+es+" (sequence ") {
+		t.Fatalf("%s: %s %q; want cancelled by event %s", id, got.State, got.Reason, es)
+	}
+	return got
+}
+
+// markerGone waits until no marker of id on es is left in AX_HELD.
+func markerGone(ctx context.Context, t *testing.T, js jetstream.JetStream, es, id string) {
+	t.Helper()
+	held, err := js.Stream(ctx, "AX_HELD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the marker of "+id+" removed", func() bool {
+		_, err := held.GetLastMsgForSubject(ctx, "ax.eventwait."+es+"."+id)
+		return errors.Is(err, jetstream.ErrMsgNotFound)
+	})
+}
+
+// TestCancelOnEvent: against a real orchestrator and executor, an event
+// on a task's cancel_on subject cancels it wherever it is — waiting for an
+// upstream (its dependent is cancelled with it), running (its handler's
+// context is cancelled and what it returns then is ignored), an event
+// task waiting for its own event — with a reason naming the event; an
+// event stored before the task was accepted does not cancel it (the task
+// succeeds with its own event); a task that ended first is unaffected and
+// its marker is removed.
+func TestCancelOnEvent(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	url := srv.URL()
+	testenv.Orchestrator(t, url, orchestrator.Config{})
+	ex := testenv.Executor(t, url, executor.Config{})
+	started := make(chan string, 4)
+	stopped := make(chan string, 4)
+	ex.HandleFunc("order.work", func(ctx context.Context, j *executor.Job) (any, error) {
+		started <- j.ID
+		<-ctx.Done()
+		stopped <- j.ID
+		return "late", nil // after the cancellation: ignored
+	})
+	ex.HandleFunc("order.quick", func(context.Context, *executor.Job) (any, error) { return "done", nil })
+	testenv.Start(t, ex)
+	c := testenv.Client(t, url)
+	ctx := testenv.Context(t, 3*time.Minute)
+	js, err := jetstream.New(testenv.Conn(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Waiting for an upstream that never runs; its dependent goes too.
+	if _, err := c.SubmitGraph(ctx, []task.Spec{newSpec("never", "order.nobody"),
+		cancelOn(newSpec("waiting", "order.quick", "never"), "order.cancelled", "o1"),
+		newSpec("after-waiting", "order.quick", "waiting")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Signal(ctx, "order.cancelled.o1", "stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitCancelled(ctx, t, c, "waiting", "order.cancelled.o1")
+	if got, err := c.Wait(ctx, "after-waiting"); err != nil || got.State != task.Cancelled {
+		t.Fatalf("after-waiting: %+v %v", got, err)
+	}
+	markerGone(ctx, t, js, "order.cancelled.o1", "waiting")
+
+	// Running: the handler's context is cancelled, its result ignored.
+	if _, err := c.Submit(ctx, cancelOn(newSpec("running", "order.work"), "order.cancelled", "o2")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the handler did not start")
+	}
+	if _, err := c.Signal(ctx, "order.cancelled.o2", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitCancelled(ctx, t, c, "running", "order.cancelled.o2")
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatal("the handler's context was not cancelled")
+	}
+
+	// An event task: its cancel event ends it, its own event then does not.
+	if _, err := c.Submit(ctx, cancelOn(eventSpec("event", "payment.received", "o3", time.Hour), "order.cancelled", "o3")); err != nil {
+		t.Fatal(err)
+	}
+	awaiting(ctx, t, c, "event")
+	if _, err := c.Signal(ctx, "order.cancelled.o3", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitCancelled(ctx, t, c, "event", "order.cancelled.o3")
+	markerGone(ctx, t, js, "payment.received.o3", "event")
+	markerGone(ctx, t, js, "order.cancelled.o3", "event")
+
+	// An event stored before the task was accepted does not cancel it.
+	if _, err := c.Signal(ctx, "order.cancelled.o4", "old"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, cancelOn(eventSpec("old", "payment.received", "o4", time.Hour), "order.cancelled", "o4")); err != nil {
+		t.Fatal(err)
+	}
+	awaiting(ctx, t, c, "old")
+	if _, err := c.Signal(ctx, "payment.received.o4", 4); err != nil {
+		t.Fatal(err)
+	}
+	waitResult(ctx, t, c, "old", "4")
+
+	// Ended first: unaffected, its marker gone.
+	if _, err := c.Submit(ctx, cancelOn(newSpec("ended", "order.quick"), "order.cancelled", "o5")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "ended"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("ended: %+v %v", got, err)
+	}
+	markerGone(ctx, t, js, "order.cancelled.o5", "ended")
+	if _, err := c.Signal(ctx, "order.cancelled.o5", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The event's delivery is over once a later event's is (one consumer,
+	// in order): a task waiting for that one has it.
+	if _, err := c.Submit(ctx, eventSpec("later", "payment.received", "o5", time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	awaiting(ctx, t, c, "later")
+	if _, err := c.Signal(ctx, "payment.received.o5", 5); err != nil {
+		t.Fatal(err)
+	}
+	waitResult(ctx, t, c, "later", "5")
+	if got, err := c.Get(ctx, "ended"); err != nil || got.State != task.Succeeded || string(got.Result) != `"done"` {
+		t.Fatalf("ended, after its cancel event: %+v %v", got, err)
+	}
+	if got, err := c.Get(ctx, "running"); err != nil || got.State != task.Cancelled || len(got.Result) != 0 {
+		t.Fatalf("running, after its handler returned: %+v %v", got, err)
 	}
 }

@@ -47,7 +47,22 @@ type Limits struct {
 	// extra request. Give every orchestrator the same value. Default 0:
 	// unlimited, and nothing is recorded.
 	MaxTaskTypes int
+	// MaxEventWaitersPerSubject bounds the tasks waiting for events of one
+	// subject (<subject>.<match>: wait_for and cancel_on markers): a task
+	// whose registration would exceed it fails ("more than N tasks wait
+	// for events on …"). An event's delivery is bounded per message
+	// whatever this is; the bound keeps the whole work of one event
+	// within reach. Counted with a counter per subject in AX_COUNTS,
+	// checked against the markers when it passes the bound (so a count
+	// left high by a crash does not refuse anybody). Default
+	// DefaultMaxEventWaitersPerSubject (10,000); negative: unbounded.
+	// Give every orchestrator the same value.
+	MaxEventWaitersPerSubject int
 }
+
+// DefaultMaxEventWaitersPerSubject is Limits.MaxEventWaitersPerSubject's
+// default.
+const DefaultMaxEventWaitersPerSubject = 10_000
 
 // withDefaults fills the zero fields.
 func (l Limits) withDefaults() Limits {
@@ -59,6 +74,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxShards == 0 {
 		l.MaxShards = task.MaxShards
+	}
+	if l.MaxEventWaitersPerSubject == 0 {
+		l.MaxEventWaitersPerSubject = DefaultMaxEventWaitersPerSubject
 	}
 	return l
 }

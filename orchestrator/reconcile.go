@@ -135,6 +135,13 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		// counted as a repair.
 		return o.ensureEffects(ctx, t, rev)
 	}
+	if t.CancelOn != nil {
+		// Its cancel event may have been missed by a read that was stale
+		// (a leader change) when its marker was stored.
+		if ended, err := o.watchCancel(ctx, t); ended || err != nil {
+			return err
+		}
+	}
 	if keyHeld(t) {
 		// Waiting for its key's limits: try again (it waits again, with
 		// a new watch, if they still hold it).

@@ -244,6 +244,13 @@ func (o *Orchestrator) create(ctx context.Context, spec task.Spec, dependents []
 			return o.duplicate(ctx, spec, existing, rev)
 		}
 	}
+	if spec.CancelOn != nil {
+		// Only an event stored after this read cancels the task.
+		var err error
+		if t.CancelOnAfter, err = o.eventAcceptance(ctx); err != nil {
+			return err
+		}
+	}
 	var dupReason string
 	if holder != "" {
 		dupReason = duplicateReason(spec, holder, heldUntil)

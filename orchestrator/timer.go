@@ -43,6 +43,12 @@ type timerFire struct {
 	// Owner is, in a watch of a ready task queued for its fairness key's
 	// turn, the orchestrator instance holding it (with ExecutionID).
 	Owner string `json:"owner,omitempty"`
+	// Event, EventSeq and From are an event delivery's continuation (an
+	// events timer): the event subject, the event's AX_EVENTS sequence
+	// and the AX_HELD sequence of the next marker to handle.
+	Event    string `json:"event,omitempty"`
+	EventSeq uint64 `json:"event_seq,omitempty"`
+	From     uint64 `json:"from,omitempty"`
 }
 
 // armRetry makes sure a retrying task has its durable timer: a JetStream
@@ -117,6 +123,8 @@ func (o *Orchestrator) handleFire(ctx context.Context, msg jetstream.Msg) error 
 		return o.fireCascade(ctx, f)
 	case subject.TimerForget:
 		return o.fireForget(ctx, f)
+	case subject.TimerEvents:
+		return o.fireEvents(ctx, f)
 	default:
 		o.log.Warn("dropping timer of unknown kind", slog.String("kind", f.Kind), slog.String("task_id", f.ID))
 		return nil

@@ -69,6 +69,39 @@ func allTokenBytes(s string) bool {
 	return true
 }
 
+// EventCancel is a task's cancel_on: the event that cancels it.
+//
+// The task is cancelled, as an operator's cancel would (a running handler
+// is stopped, dependents follow their trigger rules), if it has not
+// finished when an event on <Subject>.<Match> is stored after the task was
+// accepted. An event stored before (AX_EVENTS keeps the latest event of
+// each subject for 7 days) does not cancel it.
+type EventCancel struct {
+	// Subject is the event's subject without its match, as
+	// EventWait.Subject: 1–7 dot-separated tokens of [A-Za-z0-9_-].
+	Subject string `json:"subject"`
+	// Match is the last token of the event's subject, matched exactly,
+	// as EventWait.Match.
+	Match string `json:"match"`
+}
+
+// EventSubject is the subject (without the ax.event. prefix) of the events
+// that cancel the task: <subject>.<match>.
+func (c *EventCancel) EventSubject() string { return c.Subject + "." + c.Match }
+
+func (s *Spec) validateCancelOn() error {
+	c := s.CancelOn
+	switch {
+	case c == nil:
+		return nil
+	case !validEventWaitSubject(c.Subject):
+		return &ValidationError{"cancel_on", fmt.Sprintf("subject %q is not 1-%d dot-separated tokens of [A-Za-z0-9_-]", c.Subject, MaxEventSubjectTokens)}
+	case !validEventMatch(c.Match):
+		return &ValidationError{"cancel_on", fmt.Sprintf("match %q is not one token of 1-%d of [A-Za-z0-9_-]", c.Match, MaxEventMatchLen)}
+	}
+	return nil
+}
+
 func (s *Spec) validateWaitFor() error {
 	w := s.WaitFor
 	switch {

@@ -66,3 +66,20 @@ func ExampleTransitions() {
 	// [ready retrying cancelled expired]
 	// true false
 }
+
+// An order's shipment that an event on order.cancelled.<order> cancels
+// wherever it is; a cancel_on is checked as a wait_for's subject and match.
+func ExampleEventCancel() {
+	ship, err := task.DecodeSpec([]byte(`{"id":"ship-42","type":"order.ship",
+		"cancel_on":{"subject":"order.cancelled","match":"order-42"}}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(ship.CancelOn.EventSubject(), ship.Validate(0))
+
+	ship.CancelOn.Match = "order.42"
+	fmt.Println(ship.Validate(0))
+	// Output:
+	// order.cancelled.order-42 <nil>
+	// cancel_on: match "order.42" is not one token of 1-128 of [A-Za-z0-9_-]
+}

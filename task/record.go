@@ -119,6 +119,10 @@ type Task struct {
 	// EventSeq is the AX_EVENTS sequence of the event an event task
 	// received (its data is the Result).
 	EventSeq uint64 `json:"event_seq,omitempty"`
+	// CancelOnAfter is, for a task with Spec.CancelOn, the last sequence
+	// of AX_EVENTS when the orchestrator accepted it: only an event stored
+	// after it (a greater sequence) cancels the task.
+	CancelOnAfter uint64 `json:"cancel_on_after,omitempty"`
 	// ReadyAt is when the task was last made ready (dispatched).
 	ReadyAt *time.Time `json:"ready_at,omitempty"`
 	// StartedAt is when an executor claimed the current (or last) attempt.

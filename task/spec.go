@@ -141,6 +141,10 @@ type Spec struct {
 	// with its data as its result, or expiring after timeout (see
 	// EventWait). Nil: an ordinary task.
 	WaitFor *EventWait `json:"wait_for,omitempty"`
+	// CancelOn cancels the task, if it has not finished, when an event is
+	// published on <subject>.<match> after the task was accepted (see
+	// EventCancel). Nil: no event cancels it.
+	CancelOn *EventCancel `json:"cancel_on,omitempty"`
 }
 
 // PriorityLevel returns the spec's priority with the default applied: 0
@@ -193,7 +197,8 @@ type wireSpec struct {
 	FairnessKey    string `json:"fairness_key"`
 	ConcurrencyKey string `json:"concurrency_key"`
 
-	WaitFor *EventWait `json:"wait_for"`
+	WaitFor  *EventWait   `json:"wait_for"`
+	CancelOn *EventCancel `json:"cancel_on"`
 }
 
 // DecodeSpec parses a submitted spec strictly (unknown fields and fields of
@@ -244,7 +249,7 @@ func (w wireSpec) spec() Spec {
 		DispatchTimeout: w.DispatchTimeout, MaxDispatches: w.MaxDispatches, DependencyTimeout: w.DependencyTimeout,
 		Shardable: w.Shardable, MaxParallelShards: w.MaxParallelShards, MinShardSuccess: w.MinShardSuccess,
 		TriggerRule: w.TriggerRule, UniqueKey: w.UniqueKey, UniqueWindow: w.UniqueWindow,
-		FairnessKey: w.FairnessKey, ConcurrencyKey: w.ConcurrencyKey, WaitFor: w.WaitFor}
+		FairnessKey: w.FairnessKey, ConcurrencyKey: w.ConcurrencyKey, WaitFor: w.WaitFor, CancelOn: w.CancelOn}
 	s.Timeout = Duration(DefaultTimeout)
 	if w.Timeout != nil {
 		s.Timeout = *w.Timeout
@@ -443,6 +448,9 @@ func (s *Spec) Validate(maxPayload int) error {
 		return err
 	}
 	if err := s.validateWaitFor(); err != nil {
+		return err
+	}
+	if err := s.validateCancelOn(); err != nil {
 		return err
 	}
 	if len(s.Payload) > 0 && !json.Valid(s.Payload) {

@@ -80,6 +80,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.IntVar(&cfg.Limits.MaxGraphTasks, "max-graph-tasks", task.MaxGraphTasks, "most tasks in one submitted graph; a larger graph is rejected (may be lowered, not raised)")
 	f.IntVar(&cfg.Limits.MaxDependencies, "max-dependencies", task.MaxDependencies, "most depends_on entries of one task; a task with more is rejected (may be lowered, not raised)")
 	f.IntVar(&cfg.Limits.MaxShards, "max-shards", task.MaxShards, "most shards one planner may return; a larger plan fails its task (may be lowered, not raised)")
+	f.IntVar(&cfg.Limits.MaxEventWaitersPerSubject, "max-event-waiters-per-subject", orchestrator.DefaultMaxEventWaitersPerSubject, "most tasks waiting for (wait_for) or cancelled by (cancel_on) events of one subject; the registration past it fails its task (negative: unbounded)")
 	f.IntVar(&cfg.Limits.MaxTaskTypes, "max-task-types", 0, "most distinct task types the cluster accepts new tasks for, recorded in AX_TYPES (give every orchestrator the same value; 0: unlimited)")
 	f.BoolVar(&cfg.AcceptTokenless, "accept-tokenless-executors", false, "accept reports, claims and leases without an execution token, from executors older than this orchestrator, while they are upgraded (a wrong token is refused all the same)")
 	f.DurationVar(&cfg.Retry.Base, "retry-base", orchestrator.DefaultRetryBase, "delay before the first retry")

@@ -63,6 +63,10 @@ func New(js jetstream.JetStream) *Reader {
 	return &Reader{nc: js.Conn(), prefix: apiPrefix(js.Options()), pending: make(map[string]chan *nats.Msg)}
 }
 
+// APIPrefix is the prefix of the API subjects of a JetStream context with
+// options o (js.Options()), such as "$JS.API.".
+func APIPrefix(o jetstream.JetStreamOptions) string { return apiPrefix(o) }
+
 // apiPrefix is the prefix of js's API subjects, as the jetstream package
 // computes it from a domain or an API prefix.
 func apiPrefix(o jetstream.JetStreamOptions) string {

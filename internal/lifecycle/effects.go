@@ -58,11 +58,15 @@ const (
 	// MatchEvent registers an event task's wait (its marker, its timeout)
 	// and looks for its event, which may have been published before.
 	MatchEvent
+	// WatchCancel registers the cancel_on of an unfinished task (its
+	// marker) and looks for an event that cancels it, which may have been
+	// stored since the task was accepted.
+	WatchCancel
 )
 
 var effectNames = [...]string{"", "disarm_timers", "arm_forget", "end_fan_in", "free_slot", "arm_watch",
 	"ensure_shards", "check_slot", "arm_start", "resolve_waiting", "dispatch", "arm_retry",
-	"release_dependents", "dead_letter", "cancel_dependents", "revoke", "match_event"}
+	"release_dependents", "dead_letter", "cancel_dependents", "revoke", "match_event", "watch_cancel"}
 
 // String names the effect, such as "dispatch".
 func (e Effect) String() string {
@@ -78,7 +82,20 @@ func (e Effect) String() string {
 // trigger (a waiting or retrying task's watch, a ready task's dispatch),
 // except a running task's: its dispatch, delivered and not yet
 // acknowledged, is its trigger.
+//
+// A task with a cancel_on has WatchCancel last in every state but running
+// and the final ones: it registers when it is created (waiting or ready)
+// and looks again at each later change and reconciler look; a running
+// task's marker was stored before it ran.
 func Effects(out []Effect, t *task.Task, now time.Time) []Effect {
+	out = effects(out, t, now)
+	if t.CancelOn != nil && !t.State.Terminal() && t.State != task.Running {
+		out = append(out, WatchCancel)
+	}
+	return out
+}
+
+func effects(out []Effect, t *task.Task, now time.Time) []Effect {
 	if t.State.Terminal() {
 		out = append(out, DisarmTimers, ArmForget, EndFanIn)
 	}

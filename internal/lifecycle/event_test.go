@@ -59,3 +59,39 @@ func TestEventTaskLifecycle(t *testing.T) {
 		t.Fatalf("unregistered: %v", v)
 	}
 }
+
+// TestCancelOnEffects: a task with a cancel_on has WatchCancel last in
+// every unfinished state but running (registered at creation, looked at
+// again at each change), and none once it ended.
+func TestCancelOnEffects(t *testing.T) {
+	e := env()
+	spec := task.Spec{ID: "c", Type: "work", CancelOn: &task.EventCancel{Subject: "order.cancelled", Match: "o1"}}
+	spec.Normalize()
+	for _, st := range []task.State{task.Waiting, task.Ready, task.Retrying, task.Running, task.Succeeded, task.Cancelled} {
+		rt := task.Task{Spec: spec, State: st}
+		if st == task.Retrying {
+			at := e.Now
+			rt.RetryAt = &at
+		}
+		got := Effects(nil, &rt, e.Now)
+		want := !st.Terminal() && st != task.Running
+		if has := len(got) > 0 && got[len(got)-1] == WatchCancel; has != want || countOf(got, WatchCancel) > 1 {
+			t.Errorf("%s: effects %v", st, got)
+		}
+	}
+	ev := task.Task{Spec: spec, State: task.Waiting}
+	ev.WaitFor = &task.EventWait{Subject: "pay", Match: "o1", Timeout: task.Duration(time.Hour)}
+	ev.EventWaitSince = &e.Now
+	if got := Effects(nil, &ev, e.Now); !slices.Equal(got, []Effect{ArmWatch, MatchEvent, WatchCancel}) {
+		t.Errorf("event task: %v", got)
+	}
+}
+
+func countOf(es []Effect, e Effect) (n int) {
+	for _, x := range es {
+		if x == e {
+			n++
+		}
+	}
+	return n
+}

@@ -528,11 +528,16 @@ const (
 	// slot. Handled as a watch is, but on the timers' consumer, not
 	// behind the reconciler's looks.
 	TimerEffects TimerKind = "effects"
+	// TimerEvents continues an event's delivery to the tasks waiting for
+	// it (or cancelled by it) past the waiters one message handles: its
+	// id is the event subject (<subject>.<match>), its body says from
+	// which marker on.
+	TimerEvents TimerKind = "events"
 )
 
 // TimerKinds are every timer kind, in no particular order.
 var TimerKinds = []TimerKind{TimerRetry, TimerStart, TimerDeadline, TimerDispatch, TimerSchedule,
-	TimerFanIn, TimerWatch, TimerCascade, TimerSweep, TimerForget, TimerEffects}
+	TimerFanIn, TimerWatch, TimerCascade, TimerSweep, TimerForget, TimerEffects, TimerEvents}
 
 // Look reports whether a kind is background work — the reconciler's looks
 // (watch, sweep) and history retention (forget) — consumed apart from the
@@ -751,6 +756,12 @@ func EventWaitID(subj string) (string, bool) {
 	}
 	return subj[dot+1:], true
 }
+
+// EventWaitCount is the counter (a JetStream counter subject in AX_COUNTS)
+// of the markers of eventSubject: ax.count.eventwait.<event subject>, a
+// hint of how many tasks wait for it (never a task's FanInCount: a task
+// id has no dot).
+func EventWaitCount(eventSubject string) string { return "ax.count.eventwait." + eventSubject }
 
 // EventWaitAll matches every event task's marker.
 const EventWaitAll = "ax.eventwait.>"
