@@ -292,12 +292,20 @@ func printTask(g *globals, t *task.Task) {
 // eventRows are what ax status shows of an event task's wait: the event
 // it waits for, since when and until when, and how it ended (the event's
 // sequence, its data being the result; or who approved or rejected it).
+//
+// A task with a cancel_on shows the event that cancels it, and after which
+// AX_EVENTS sequence such an event counts.
 func eventRows(t *task.Task) [][2]string {
+	var out [][2]string
+	if c := t.CancelOn; c != nil {
+		out = append(out, [2]string{"Cancelled by", fmt.Sprintf("event %s stored after AX_EVENTS sequence %d (subject %s, match %s)",
+			subject.Event(c.EventSubject()), t.CancelOnAfter, c.Subject, c.Match)})
+	}
 	w := t.WaitFor
 	if w == nil {
-		return nil
+		return out
 	}
-	out := [][2]string{{"Waits for", fmt.Sprintf("event %s (subject %s, match %s, timeout %s)", subject.Event(w.EventSubject()), w.Subject, w.Match, w.Timeout.Std())}}
+	out = append(out, [2]string{"Waits for", fmt.Sprintf("event %s (subject %s, match %s, timeout %s)", subject.Event(w.EventSubject()), w.Subject, w.Match, w.Timeout.Std())})
 	switch {
 	case t.EventWaitSince != nil:
 		out = append(out, [2]string{"Waiting since", t.EventWaitSince.Format(time.RFC3339Nano)})

@@ -126,3 +126,23 @@ func TestStatusShowsSteps(t *testing.T) {
 		}
 	}
 }
+
+// ax status names the event that cancels a task with a cancel_on, and the
+// AX_EVENTS sequence after which such an event counts; a task without one
+// shows no event rows.
+func TestEventRowsShowCancelOn(t *testing.T) {
+	tk := task.Task{Spec: task.Spec{ID: "c1", Type: "demo.sleep", CancelOn: &task.EventCancel{Subject: "order.cancelled", Match: "o-42"}}}
+	tk.CancelOnAfter = 17
+	rows := eventRows(&tk)
+	if len(rows) != 1 || rows[0][0] != "Cancelled by" ||
+		rows[0][1] != "event ax.event.order.cancelled.o-42 stored after AX_EVENTS sequence 17 (subject order.cancelled, match o-42)" {
+		t.Fatalf("rows of a cancel_on task: %q", rows)
+	}
+	tk.WaitFor = &task.EventWait{Subject: "payment", Match: "o-42", Timeout: task.Duration(time.Hour)}
+	if rows := eventRows(&tk); len(rows) < 2 || rows[0][0] != "Cancelled by" || rows[1][0] != "Waits for" {
+		t.Fatalf("rows of an event task with a cancel_on: %q", rows)
+	}
+	if rows := eventRows(&task.Task{Spec: task.Spec{ID: "plain", Type: "demo.noop"}}); len(rows) != 0 {
+		t.Fatalf("rows of a plain task: %q", rows)
+	}
+}

@@ -42,6 +42,6 @@ export {
   stepObjectName,
   validateStepName,
 } from "./steps.js";
-export { MAX_EVENT_DATA, validEventSubject, toWire, validCapability, validID, validType, type EventWait, type TaskSpec } from "./spec.js";
+export { MAX_EVENT_DATA, validEventSubject, toWire, validCapability, validID, validType, type EventCancel, type EventWait, type TaskSpec } from "./spec.js";
 export { formatDuration, newID, parseDuration } from "./util.js";
 export * from "./wire.js";

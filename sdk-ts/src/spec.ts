@@ -66,6 +66,21 @@ export interface TaskSpec<P = unknown> {
    * (dependents read it as any upstream's), or expires at its timeout.
    */
   wait_for?: EventWait;
+  /**
+   * Cancels the task, as `ax cancel` would (a running handler's signal is
+   * aborted, dependents follow their trigger rules), when an event on
+   * `ax.event.<subject>.<match>` is stored after the task was accepted and
+   * it has not finished. An older event of the subject does not cancel it.
+   */
+  cancel_on?: EventCancel;
+}
+
+/** A spec's `cancel_on`: the event that cancels the task. */
+export interface EventCancel {
+  /** The event's subject without its match, as EventWait's. */
+  subject: string;
+  /** The last token of the event's subject, matched exactly, as EventWait's. */
+  match: string;
 }
 
 /** An event task's wait (a spec's `wait_for`). */
@@ -250,6 +265,18 @@ export function toWire<P>(spec: TaskSpec<P>, maxPayload = 256 << 10): WireSpec {
     }
     if (spec.shardable) throw bad("wait_for", "an event task is not shardable");
     w.wait_for = { subject: wf.subject, match: wf.match, timeout: toGoDuration(wf.timeout) };
+  }
+  if (spec.cancel_on !== undefined) {
+    // task/event.go's validateCancelOn, in its words.
+    const c = spec.cancel_on;
+    if (typeof c !== "object" || c === null) throw bad("cancel_on", "is not an object {subject, match}");
+    if (typeof c.subject !== "string" || !validEventWaitSubject(c.subject)) {
+      throw bad("cancel_on", `subject ${JSON.stringify(c.subject)} is not 1-${MAX_EVENT_SUBJECT_TOKENS} dot-separated tokens of [A-Za-z0-9_-]`);
+    }
+    if (typeof c.match !== "string" || !validEventMatch(c.match)) {
+      throw bad("cancel_on", `match ${JSON.stringify(c.match)} is not one token of 1-${MAX_EVENT_MATCH_LEN} of [A-Za-z0-9_-]`);
+    }
+    w.cancel_on = { subject: c.subject, match: c.match };
   }
   for (const k of Object.keys(w) as (keyof WireSpec)[]) if (w[k] === undefined) delete w[k];
   return w;

@@ -63,6 +63,14 @@ export interface WireSpec {
   concurrency_key?: string;
   /** An event task: it runs no handler and succeeds with the event's data (subjects.md, `ax.event.<subject>.<match>`). */
   wait_for?: WireEventWait;
+  /** The event that cancels the task if it has not finished (subjects.md, "Cancel events"). */
+  cancel_on?: WireEventCancel;
+}
+
+/** A spec's `cancel_on`: the event on `ax.event.<subject>.<match>`, stored after the task's acceptance, that cancels it. */
+export interface WireEventCancel {
+  subject: string;
+  match: string;
 }
 
 /** A spec's `wait_for`: the event on `ax.event.<subject>.<match>` an event task waits for, and how long. */
@@ -153,6 +161,10 @@ export interface TaskRecord<R = unknown> extends WireSpec {
   event_wait_since?: string;
   /** An event task that succeeded: the AX_EVENTS sequence of its event. */
   event_seq?: number;
+  /** A task with a cancel_on: AX_EVENTS's last sequence when it was accepted (only a later event cancels it). */
+  cancel_on_after?: number;
+  /** An event task an operator approved or rejected (ax approve). */
+  approval?: { approved: boolean; by?: string; reason?: string; at: string };
   submitted_at: string;
   ready_at?: string;
   started_at?: string;

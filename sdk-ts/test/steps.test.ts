@@ -267,6 +267,19 @@ test("an event task succeeds with the signal's data, published before or after i
   }
 });
 
+test("cancel_on: an event stored after the task's acceptance cancels it; an older one of the subject does not", async () => {
+  const m = `c${Date.now()}`;
+  // An event of the subject stored before the task exists does not cancel it.
+  const old = await client.signal(`order.cancelled.${m}`, { why: "an earlier order" });
+  const id = await client.submit({ type: "evt.ship", capability: CAP, delay: "1h", cancel_on: { subject: "order.cancelled", match: m } });
+  const fresh = await client.signal(`order.cancelled.${m}`, { why: "customer" });
+  assert.ok(fresh > old);
+  const t = await client.wait(id, { timeoutMs: 60_000 });
+  assert.equal(t.state, "cancelled");
+  assert.equal(t.reason, `cancelled by event order.cancelled.${m} (sequence ${fresh})`);
+  assert.ok((t.cancel_on_after ?? 0) >= old);
+});
+
 test("an event task without its event expires at its timeout", async () => {
   const id = await client.submit({ type: "evt.payment", capability: CAP, wait_for: { subject: "payment", match: `never${Date.now()}`, timeout: 500 } });
   const t = await client.wait(id, { timeoutMs: 60_000 });

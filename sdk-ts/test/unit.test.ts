@@ -143,6 +143,19 @@ test("timers longer than setTimeout's limit do not fire at once", async () => {
   await new Promise<void>((r) => after(5, r));
 });
 
+test("cancel_on is checked as the Go side checks it, in its words", () => {
+  const spec = (cancel_on: unknown) => ({ id: "a", type: "b", cancel_on }) as Parameters<typeof toWire>[0];
+  assert.deepEqual(toWire(spec({ subject: "order.cancelled", match: "o-42" })).cancel_on, { subject: "order.cancelled", match: "o-42" });
+  const refused = (c: unknown, msg: string) =>
+    assert.throws(
+      () => toWire(spec(c)),
+      (e: unknown) => e instanceof InvalidSpecError && e.field === "cancel_on" && e.message === `invalid task a: cancel_on: ${msg}`,
+    );
+  refused({ subject: "pay ment", match: "x" }, `subject "pay ment" is not 1-7 dot-separated tokens of [A-Za-z0-9_-]`);
+  refused({ subject: "order", match: "x.y" }, `match "x.y" is not one token of 1-128 of [A-Za-z0-9_-]`);
+  refused("order.x", "is not an object {subject, match}");
+});
+
 test("wait_for is checked as the Go side checks it, in its words", () => {
   const spec = (wait_for: unknown) => ({ id: "a", type: "b", wait_for }) as Parameters<typeof toWire>[0];
   assert.deepEqual(toWire(spec({ subject: "payment.received", match: "order-42", timeout: 90_000 })).wait_for, {
