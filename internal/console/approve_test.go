@@ -30,6 +30,7 @@ func TestConsoleApproval(t *testing.T) {
 		wait("ev-ok"), {ID: "ev-ok-next", Type: demo.TypeNoop, DependsOn: []string{"ev-ok"}},
 		wait("ev-no"), {ID: "ev-no-next", Type: demo.TypeNoop, DependsOn: []string{"ev-no"}},
 		wait("ev-sig"),
+		{ID: "ev-cancel", Type: demo.TypeNoop, Delay: task.Duration(time.Hour), CancelOn: &task.EventCancel{Subject: "order.cancelled", Match: "ev-cancel"}},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +42,8 @@ func TestConsoleApproval(t *testing.T) {
 	}
 
 	viewer := f.login(viewerName, viewerSecret)
+	// A task with a cancel_on shows the event that cancels it.
+	viewer.mustGet("/task/ev-cancel", `id="cancel-on"`, "ax.event.order.cancelled.ev-cancel", "stored after AX_EVENTS sequence")
 	body := viewer.mustGet("/task/ev-ok", `id="wait-for"`, "ax.event.approval.console.ev-ok", `id="waiting-since"`, "Timeout at",
 		"Waiting for event ax.event.approval.console.ev-ok", "An operator may approve or reject it")
 	if strings.Contains(body, `id="approve"`) || strings.Contains(body, `id="reject"`) {
