@@ -149,8 +149,20 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 		reason = "cancelled by request"
 	}
 	reason += byline(by)
+	return o.command(ctx, id, func(t *task.Task, _ uint64) (lifecycle.Decision, error) {
+		return lifecycle.Cancel(t, reason, o.env()), nil
+	})
+}
+
+// command applies an operator command's decision to task id with a
+// compare-and-set, and its effects: a refusal is the command's error, a
+// task that does not exist is errNotFound.
+func (o *Orchestrator) command(ctx context.Context, id string, decide func(t *task.Task, rev uint64) (lifecycle.Decision, error)) (task.Task, error) {
 	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		d := lifecycle.Cancel(&t, reason, o.env())
+		d, err := decide(&t, rev)
+		if err != nil {
+			return nil, "", err
+		}
 		if d.Verdict == lifecycle.Refuse {
 			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
 		}
@@ -169,17 +181,9 @@ func (o *Orchestrator) cancel(ctx context.Context, id, reason, by string) (task.
 func (o *Orchestrator) approve(ctx context.Context, id string, approved bool, req task.CommandRequest) (task.Task, error) {
 	// Who and why land in the record several times over: bounded.
 	a := task.Approval{Approved: approved, By: clip(req.By, maxApprovalBy), Reason: req.Reason}
-	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
-		d := lifecycle.Approve(&t, a, o.env())
-		if d.Verdict == lifecycle.Refuse {
-			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
-		}
-		return o.decided(ctx, t, rev, d)
+	return o.command(ctx, id, func(t *task.Task, _ uint64) (lifecycle.Decision, error) {
+		return lifecycle.Approve(t, a, o.env()), nil
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
-	}
-	return t, err
 }
 
 // maxApprovalBy bounds the name an approval records (a caller is at most
@@ -222,22 +226,15 @@ func (o *Orchestrator) redrive(ctx context.Context, id string, req task.CommandR
 		reason += " with its dependents"
 	}
 	reason += byline(req.By)
-	t, err := o.transition(ctx, id, func(t task.Task, rev uint64) (*task.Task, string, error) {
+	t, err := o.command(ctx, id, func(t *task.Task, rev uint64) (lifecycle.Decision, error) {
 		if t.State == task.Ready && t.Redrives > 0 {
 			// A replayed redrive: make sure the dispatch happened.
-			if err := o.dispatch(ctx, t, rev); err != nil {
-				return nil, "", err
+			if err := o.dispatch(ctx, *t, rev); err != nil {
+				return lifecycle.Decision{}, err
 			}
 		}
-		d := lifecycle.Redrive(&t, req.WithDependents, reason, o.env())
-		if d.Verdict == lifecycle.Refuse {
-			return nil, "", fmt.Errorf("%w: %w", errCommand, d.Err)
-		}
-		return o.decided(ctx, t, rev, d)
+		return lifecycle.Redrive(t, req.WithDependents, reason, o.env()), nil
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return t, fmt.Errorf("%w: task %s %w", errCommand, id, errNotFound)
-	}
 	if err != nil {
 		return t, err
 	}
