@@ -135,9 +135,12 @@ type slotBatches struct {
 	busy    map[string]bool
 }
 
-// changeSlots applies op with the other changes of its key waiting: the
-// first caller of a key writes for everyone queued behind it until none
-// waits.
+// changeSlots applies op with the other changes of its key waiting, and
+// returns once it is done or ctx ends. One writer per key, in the
+// background, writes for everyone queued until none waits: no caller's
+// handler is held writing for the others (under a store outage, or on a
+// busy key, that could last as long as ops keep coming), and a caller
+// whose ctx ends does not fail the changes queued behind its own.
 func (o *Orchestrator) changeSlots(ctx context.Context, op *slotOp) {
 	key := op.key
 	op.done = make(chan struct{})
@@ -147,18 +150,29 @@ func (o *Orchestrator) changeSlots(ctx context.Context, op *slotOp) {
 		b.pending, b.busy = map[string][]*slotOp{}, map[string]bool{}
 	}
 	b.pending[key] = append(b.pending[key], op)
-	if b.busy[key] {
-		b.mu.Unlock()
-		select {
-		case <-op.done:
-		case <-ctx.Done():
-			// The writer finishes it; this caller stops waiting (its
-			// message is redelivered and asks again: idempotent).
-		}
-		return
+	if !b.busy[key] {
+		b.busy[key] = true
+		o.bg.Add(1)
+		go o.slotWriter(key)
 	}
-	b.busy[key] = true
 	b.mu.Unlock()
+	select {
+	case <-op.done:
+	case <-ctx.Done():
+		// The writer finishes it; this caller stops waiting (its
+		// message is redelivered and asks again: idempotent).
+	}
+}
+
+// slotWriter writes key's queued changes, a batch at a time, until none
+// waits. It runs under the orchestrator's run context (bg owns it).
+func (o *Orchestrator) slotWriter(key string) {
+	defer o.bg.Done()
+	ctx := o.runCtx
+	if ctx == nil {
+		ctx = context.Background() // not started (internal tests)
+	}
+	b := &o.slotBatches
 	for {
 		b.mu.Lock()
 		ops := b.pending[key]
