@@ -9,10 +9,10 @@ import (
 	"slices"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/clip"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -198,7 +198,7 @@ func (r *registry) track(ctx context.Context, job *Job, run func(context.Context
 	r.running[k] = x
 	r.mu.Unlock()
 	job.progress = func(percent float64, message string) {
-		p := &task.Progress{Percent: min(max(percent, 0), 100), Message: clip(message, task.MaxProgressMessage), At: r.e.cfg.Now().UTC()}
+		p := &task.Progress{Percent: min(max(percent, 0), 100), Message: clip.Bytes(message, task.MaxProgressMessage), At: r.e.cfg.Now().UTC()}
 		r.mu.Lock()
 		x.Progress = p
 		r.mu.Unlock()
@@ -212,17 +212,6 @@ func (r *registry) track(ctx context.Context, job *Job, run func(context.Context
 		r.poke()
 	}()
 	return run(ctx)
-}
-
-// clip cuts s to at most n bytes on a rune boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // handledTypes lists the task types with a handler, sorted.

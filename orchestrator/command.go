@@ -8,10 +8,10 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/clip"
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -180,7 +180,7 @@ func (o *Orchestrator) command(ctx context.Context, id string, decide func(t *ta
 // release or cancel its dependents, and dead-letter a rejection.
 func (o *Orchestrator) approve(ctx context.Context, id string, approved bool, req task.CommandRequest) (task.Task, error) {
 	// Who and why land in the record several times over: bounded.
-	a := task.Approval{Approved: approved, By: clip(req.By, maxApprovalBy), Reason: req.Reason}
+	a := task.Approval{Approved: approved, By: clip.Bytes(req.By, maxApprovalBy), Reason: req.Reason}
 	return o.command(ctx, id, func(t *task.Task, _ uint64) (lifecycle.Decision, error) {
 		return lifecycle.Approve(t, a, o.env()), nil
 	})
@@ -189,17 +189,6 @@ func (o *Orchestrator) approve(ctx context.Context, id string, approved bool, re
 // maxApprovalBy bounds the name an approval records (a caller is at most
 // 64 bytes; the body's name is a tool's claim, such as "console:<user>").
 const maxApprovalBy = 256
-
-// clip cuts s to at most n bytes on a UTF-8 boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
 
 // errNotFound: a command names a task that has no record.
 var errNotFound = errors.New("not found")

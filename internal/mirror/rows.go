@@ -7,6 +7,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ax-run/ax/internal/clip"
 	"github.com/ax-run/ax/task"
 )
 
@@ -233,7 +234,7 @@ func eventWaitRowOf(r record) (eventWaitRow, bool) {
 	}
 	if a := t.Approval; a != nil {
 		row.DecidedBy = clipRunes(a.By, maxNameRunes)
-		row.Reason = clipBytes(a.Reason, maxTextBytes)
+		row.Reason = clip.Bytes(a.Reason, maxTextBytes)
 	}
 	return row, true
 }
@@ -257,7 +258,7 @@ func eventRowOf(r record) eventRow {
 		Attempt:     ev.Task.Attempt,
 		ExecutionID: ev.Task.ExecutionID,
 		Actor:       clipRunes(ev.Actor, maxNameRunes),
-		Reason:      clipBytes(ev.Reason, maxTextBytes),
+		Reason:      clip.Bytes(ev.Reason, maxTextBytes),
 	}
 }
 
@@ -273,7 +274,7 @@ func taskRowOf(r record) taskRow {
 		Attempt:     t.Attempt,
 		MaxRetries:  t.RetryLimit(),
 		Redrives:    t.Redrives,
-		Reason:      clipBytes(t.Reason, maxTextBytes),
+		Reason:      clip.Bytes(t.Reason, maxTextBytes),
 		Executor:    clipRunes(t.Executor, maxNameRunes),
 		ExecutionID: t.ExecutionID,
 		SubmittedAt: utc(t.SubmittedAt),
@@ -301,7 +302,7 @@ func taskRowOf(r record) taskRow {
 		row.ShardID = strconv.Itoa(t.ShardIndex)
 	}
 	if n := len(t.Errors); n > 0 {
-		row.LastError = clipBytes(t.Errors[n-1].Error, maxTextBytes)
+		row.LastError = clip.Bytes(t.Errors[n-1].Error, maxTextBytes)
 	}
 	if row.UpdatedAt.IsZero() {
 		row.UpdatedAt = utc(r.Event.At)
@@ -391,7 +392,7 @@ func attemptRowOf(r record) (attemptRow, bool) {
 			row.Outcome = OutcomeFailed
 			for i := len(t.Errors) - 1; i >= 0; i-- {
 				if t.Errors[i].ExecutionID == t.ExecutionID {
-					row.Error = clipBytes(t.Errors[i].Error, maxTextBytes)
+					row.Error = clip.Bytes(t.Errors[i].Error, maxTextBytes)
 					break
 				}
 			}
@@ -518,17 +519,6 @@ func utcPtr(t *time.Time) *time.Time {
 	}
 	u := utc(*t)
 	return &u
-}
-
-// clipBytes shortens s to at most n bytes without splitting a character.
-func clipBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 // clipRunes shortens s to at most n characters.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-run/ax/internal/clip"
 	"github.com/ax-run/ax/task"
 )
 
@@ -259,7 +260,7 @@ func TestBuildBatch(t *testing.T) {
 
 func TestClip(t *testing.T) {
 	s := strings.Repeat("é", 10) // 2 bytes each
-	if got := clipBytes(s, 5); got != "éé" {
+	if got := clip.Bytes(s, 5); got != "éé" {
 		t.Fatalf("clipBytes %q", got)
 	}
 	if got := clipRunes(s, 3); got != "ééé" {
