@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,9 @@ type puller struct {
 	failures int
 	// probed is when levels last seen empty were last probed.
 	probed time.Time
+	// gone has bit N set when level N's last pull failed as if its
+	// consumer did not exist (run creates it again).
+	gone uint32
 }
 
 func (e *Executor) newPuller(ctx context.Context, s *session, capability string) (*puller, error) {
@@ -81,15 +85,58 @@ func consumerGone(err error) bool {
 // (before the capability's first dispatch: an orchestrator creates them
 // before that) delivers the dispatches stored after it.
 func (p *puller) bindLevels(ctx context.Context) error {
-	e, capability := p.e, p.capability
-	for lvl := range task.Levels {
-		cons, err := e.js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, topology.ReadyConsumer(capability, lvl, e.cfg.AckWait))
-		if err != nil {
-			return fmt.Errorf("executor: ready consumer %s p%d: %w", capability, lvl, err)
-		}
-		p.levels[lvl] = cons
+	return p.bind(ctx, 1<<task.Levels-1)
+}
+
+// rebindWait bounds one try at creating the ready consumers again after
+// their pulls failed: while a server restarts, each request would
+// otherwise wait the client's whole timeout, and the executor pulls
+// nothing meanwhile (six in series held one 16 s in a chaos run).
+const rebindWait = 2 * time.Second
+
+// markGone notes that level lvl's pull failed with err: when its consumer
+// may be gone, the run loop creates it again (rebind).
+func (p *puller) markGone(lvl int, err error) {
+	if consumerGone(err) {
+		p.gone |= 1 << lvl
 	}
-	return nil
+}
+
+// rebind creates again the ready consumers of the levels in mask, at once
+// and for at most rebindWait; those created are no longer marked gone.
+func (p *puller) rebind(ctx context.Context, mask uint32) error {
+	ctx, cancel := context.WithTimeout(ctx, rebindWait)
+	defer cancel()
+	return p.bind(ctx, mask)
+}
+
+// bind creates (or updates) the ready consumers of the levels in mask,
+// all at once, and returns the first error.
+func (p *puller) bind(ctx context.Context, mask uint32) error {
+	e, capability := p.e, p.capability
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs [task.Levels]error
+	)
+	for lvl := range task.Levels {
+		if mask&(1<<lvl) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			cons, err := e.js.CreateOrUpdateConsumer(ctx, subject.StreamTasks, topology.ReadyConsumer(capability, lvl, e.cfg.AckWait))
+			if err != nil {
+				errs[lvl] = fmt.Errorf("executor: ready consumer %s p%d: %w", capability, lvl, err)
+				return
+			}
+			mu.Lock()
+			p.levels[lvl] = cons
+			p.gone &^= 1 << lvl
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs[:]...)
 }
 
 func (p *puller) run(ctx context.Context) {
@@ -107,10 +154,11 @@ func (p *puller) run(ctx context.Context) {
 				return
 			}
 			p.backoff(ctx, err)
-			if consumerGone(err) {
-				// Deleted by hand or lost: create it again, or nobody
-				// would ever pull this capability's tasks.
-				if err := p.bindLevels(ctx); err != nil {
+			if gone := p.gone; gone != 0 {
+				// Deleted by hand or lost (or leaderless for a moment:
+				// a pull then has no responders too): create them again,
+				// or nobody would ever pull this capability's tasks.
+				if err := p.rebind(ctx, gone); err != nil {
 					p.e.log.Warn("cannot recreate the ready consumers; retrying", "error", err, "capability", p.capability)
 				}
 			}
@@ -258,8 +306,12 @@ func (p *puller) pullLevels(ctx context.Context, want [task.Levels]int, wait tim
 			b, perr = p.levels[lvl].FetchNoWait(n)
 		}
 		if perr != nil {
+			// The other levels are pulled all the same: one level's
+			// consumer without a leader for a moment (a server restarting)
+			// does not hold up the others' work.
 			err = cmp.Or(err, fmt.Errorf("pull %s p%d: %w", p.capability, lvl, perr))
-			break
+			p.markGone(lvl, perr)
+			continue
 		}
 		batches[lvl] = b
 	}
@@ -274,6 +326,7 @@ func (p *puller) pullLevels(ctx context.Context, want [task.Levels]int, wait tim
 		if berr := b.Error(); berr != nil && ctx.Err() == nil {
 			if consumerGone(berr) {
 				err = cmp.Or(err, fmt.Errorf("pull %s p%d: %w", p.capability, lvl, berr))
+				p.markGone(lvl, berr)
 				continue
 			}
 			p.e.log.Debug("pull ended early", "error", berr, "capability", p.capability, "priority", lvl)
@@ -282,14 +335,19 @@ func (p *puller) pullLevels(ctx context.Context, want [task.Levels]int, wait tim
 	return took, err
 }
 
+// maxPullBackoff bounds the wait between failed pulls: a server back
+// after an outage is pulled from within it (at 5 s, a level's work
+// waited up to 5 s more than its outage; a pull is one small request).
+const maxPullBackoff = time.Second
+
 // backoff waits after a failed pull (NATS reconnecting, say): 100ms
-// doubling to 5s, with one warning per outage.
+// doubling to maxPullBackoff, with one warning per outage.
 func (p *puller) backoff(ctx context.Context, err error) {
 	if p.failures == 0 {
 		p.e.log.Warn("pulling failed; retrying with backoff until NATS answers", "error", err)
 	}
 	p.failures++
-	d := min(100*time.Millisecond<<min(p.failures-1, 6), 5*time.Second)
+	d := min(100*time.Millisecond<<min(p.failures-1, 6), maxPullBackoff)
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
