@@ -56,6 +56,12 @@ type Config struct {
 	// `ax orchestrator` processes would; on a cluster (or a URL listing
 	// several servers) they are spread over the servers. Default 1.
 	Orchestrators int
+	// KillOrchestrator, when > 0 with two orchestrators or more, kills the
+	// last one that long into the steady phase: its connection is closed
+	// at once, as the server sees a kill -9 (what it held is never
+	// acknowledged nor answered), and it is not started again. The steady
+	// phase's Takeover then says how long its tasks waited.
+	KillOrchestrator time.Duration
 	// GroupCommit turns group commit on (orchestrator.TopologyOptions).
 	GroupCommit bool
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
@@ -78,6 +84,21 @@ type Config struct {
 	// measures its throughput and lag.
 	MySQLDSN string
 	Logger   *zerolog.Logger
+}
+
+// Takeover is what an orchestrator's death during the steady phase cost:
+// the tasks it held wait until the others take them over (its direct
+// requests go to them at once, its stored messages after the ack wait).
+type Takeover struct {
+	// Orchestrator is the node id of the one killed, After how long into
+	// the phase.
+	Orchestrator string        `json:"orchestrator"`
+	After        time.Duration `json:"after"`
+	// Slow counts the phase's tasks whose submit→success took over a
+	// second (none in a healthy steady phase here), and Longest is the
+	// longest submit→success of all.
+	Slow    int           `json:"slow"`
+	Longest time.Duration `json:"longest"`
 }
 
 // MirrorStats are the audit mirror's figures over the whole bench.
@@ -124,6 +145,9 @@ type Phase struct {
 	// just before its p0 task, and UrgentStart that task's submit→start.
 	Backlog     int           `json:"backlog,omitempty"`
 	UrgentStart time.Duration `json:"urgent_start,omitempty"`
+	// Takeover is, for a steady phase during which an orchestrator was
+	// killed (Config.KillOrchestrator), what its death cost.
+	Takeover *Takeover `json:"takeover,omitempty"`
 	// StoredPerTask is how many messages each AX stream stored per task
 	// during the phase (from the streams' last sequences); StoredBytes is
 	// AX_TASKS's growth in bytes per task.
@@ -494,7 +518,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	if cfg.Rate > 0 && cfg.Duration > 0 {
-		if err := measured(func() (Phase, error) { return steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed) }); err != nil {
+		var kill *killAt
+		if cfg.KillOrchestrator > 0 && len(st.orchs) > 1 {
+			last := len(st.orchs) - 1
+			kill = &killAt{after: cfg.KillOrchestrator, name: st.names[last], kill: func() { st.kill(last) }}
+		}
+		if err := measured(func() (Phase, error) {
+			return steady(ctx, client, &rec, cfg.Rate, cfg.Duration, cfg.Delayed, kill)
+		}); err != nil {
 			return res, err
 		}
 	}
@@ -630,7 +661,14 @@ func throughput(ctx context.Context, c *sdk.Client, rec *atomicRecorder, n int) 
 // steadySubmitters bounds the steady phase's batches in flight.
 const steadySubmitters = 64
 
-func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d time.Duration, delayed int) (Phase, error) {
+// killAt kills an orchestrator (named name) after into a steady phase.
+type killAt struct {
+	after time.Duration
+	name  string
+	kill  func()
+}
+
+func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d time.Duration, delayed int, kill *killAt) (Phase, error) {
 	total := int(float64(rate) * d.Seconds())
 	r := newRecorder(total + delayed)
 	rec.set(r)
@@ -652,6 +690,13 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 		case <-gctx.Done():
 			return Phase{}, g.Wait()
 		case <-t.C:
+		}
+		if kill != nil && kill.kill != nil && time.Since(begin) >= kill.after {
+			// In the group, so the phase ends after the killed
+			// orchestrator's goroutines did.
+			k := kill.kill
+			kill.kill = nil
+			g.Go(func() error { k(); return nil })
 		}
 		// Catch up to the schedule if a tick was late.
 		due := min(total, int(time.Since(begin).Seconds()*float64(rate))+perTick) - sent
@@ -688,6 +733,16 @@ func steady(ctx context.Context, c *sdk.Client, rec *atomicRecorder, rate int, d
 	}
 	p := phase(fmt.Sprintf("steady %d/s", rate), total, r.last.Sub(begin), r)
 	p.DelayedTasks = delayedSent
+	if kill != nil && kill.kill == nil {
+		p.Takeover = &Takeover{Orchestrator: kill.name, After: kill.after, Longest: p.SubmitToDone.Max}
+		r.mu.Lock()
+		for _, d := range r.done {
+			if d > time.Second {
+				p.Takeover.Slow++
+			}
+		}
+		r.mu.Unlock()
+	}
 	return p, nil
 }
 

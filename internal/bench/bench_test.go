@@ -94,3 +94,31 @@ func TestRunTwoOrchestrators(t *testing.T) {
 		}
 	}
 }
+
+// TestRunKillOrchestrator kills one of two orchestrators during the steady
+// phase (its connection closed, as the server sees a kill -9): every task
+// must still succeed, once, and the phase must say what the death cost.
+func TestRunKillOrchestrator(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{Orchestrators: 2, Rate: 300, Duration: 2 * time.Second, Delayed: 5,
+		KillOrchestrator: 500 * time.Millisecond, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err) // a task not finished would end Run with an error
+	}
+	if len(res.Phases) != 1 {
+		t.Fatalf("phases %+v, want the steady one", res.Phases)
+	}
+	p := res.Phases[0]
+	k := p.Takeover
+	if k == nil || k.Orchestrator != "bench-orchestrator-2" || k.After != 500*time.Millisecond {
+		t.Fatalf("takeover %+v, want bench-orchestrator-2 killed after 500ms", k)
+	}
+	if k.Longest != p.SubmitToDone.Max || k.Slow < 0 || k.Slow > p.Tasks {
+		t.Errorf("takeover %+v does not match the phase's submit→done %+v of %d tasks", k, p.SubmitToDone, p.Tasks)
+	}
+	if p.DuplicateSuccesses != 0 {
+		t.Errorf("%d tasks succeeded twice", p.DuplicateSuccesses)
+	}
+	t.Logf("takeover: %d of %d tasks over 1s, the longest %s; write shares %.2f; %d started twice", k.Slow, p.Tasks, k.Longest, p.Work.WriteShare, p.DuplicateStarts)
+}

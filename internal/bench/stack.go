@@ -27,6 +27,9 @@ type stack struct {
 	// counts holds each one's counters.
 	orchs  []*orchestrator.Orchestrator
 	counts []*counters
+	// names are their node ids, and orchConns their connections.
+	names     []string
+	orchConns []*nats.Conn
 	// servers is how many server URLs the orchestrators were spread over.
 	servers int
 	ex      *executor.Executor
@@ -76,6 +79,7 @@ func startStack(ctx context.Context, sc stackConfig) (*stack, error) {
 		o, err := orchestrator.New(onc, ocfg)
 		if err == nil {
 			st.orchs, st.counts = append(st.orchs, o), append(st.counts, c)
+			st.names, st.orchConns = append(st.names, ocfg.NodeID), append(st.orchConns, onc)
 			err = o.Start(ctx)
 		}
 		if err != nil {
@@ -124,6 +128,18 @@ func (s *stack) connectTo(url string, inOrder bool) (*nats.Conn, error) {
 	}
 	s.conns = append(s.conns, nc)
 	return nc, nil
+}
+
+// kill kills orchestrator i as the server sees a kill -9: its connection
+// closes at once, with whatever it held unacknowledged and unanswered, and
+// its subscriptions (direct requests, claims) go with it. It is then
+// stopped, to end its goroutines; on a closed connection that does
+// nothing the server sees.
+func (s *stack) kill(i int) {
+	s.orchConns[i].Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.orchs[i].Stop(ctx)
 }
 
 func (s *stack) close() {

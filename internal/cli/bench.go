@@ -152,6 +152,16 @@ on a fresh embedded server:
 				printWork(g, p)
 			}
 			for _, p := range phases {
+				if k := p.Takeover; k != nil {
+					fmt.Fprintf(g.stdout, "\ntakeover: %s killed %s into %s (its connection closed, as by kill -9); %d tasks took over 1s from submission to success, the longest %s; none lost",
+						k.Orchestrator, k.After, p.Name, k.Slow, ms(k.Longest))
+					if p.DuplicateStarts > 0 {
+						fmt.Fprintf(g.stdout, ", %d started twice", p.DuplicateStarts)
+					}
+					fmt.Fprintln(g.stdout)
+				}
+			}
+			for _, p := range phases {
 				if p.Backlog > 0 {
 					fmt.Fprintf(g.stdout, "\nbacklog probe: a p0 task submitted right after %d p5 tasks started %s after its submission\n",
 						p.Backlog, ms(p.UrgentStart))
@@ -205,6 +215,7 @@ on a fresh embedded server:
 	f.BoolVar(&cfg.GroupCommit, "group-commit", false, "turn group commit on, as `ax topology --group-commit` (batched record writes and submissions)")
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
 	f.IntVar(&cfg.Orchestrators, "orchestrators", 1, "orchestrators to run, each on its own connection, sharing the work as that many `ax orchestrator` processes (with --cluster: spread over the servers)")
+	f.DurationVar(&cfg.KillOrchestrator, "kill-orchestrator", 0, "with --orchestrators 2 or more: kill the last one this long into the steady phase (its connection closed at once, as by kill -9) and report how long its tasks waited for the others to take them over (0: none)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
 	f.IntVar(&cfg.Loop, "loop", 0, "jobs for the minimal durable job loop on the same server (stream AX_BENCH_LOOP, removed after): what JetStream allows a durable, fenced job with no orchestrator, in the same storage mode (0 skips it)")
