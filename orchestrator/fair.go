@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,15 +209,22 @@ func (q *fairQueue) add(t task.Task, rev uint64) bool {
 	return true
 }
 
-// has reports whether a task is queued here.
-func (q *fairQueue) has(id string) bool {
+// has reports whether a task is queued here under its execution
+// executionID ("": under any). An entry of an earlier execution is stale:
+// another orchestrator took the task over (it took this one for gone, in
+// a reconnection) and wrote a new execution, which this queue does not
+// hold — the entry's dispatch would find the task moved on and drop it. A
+// look that took the stale entry for the task's (and left the task to
+// this queue) left it undispatched until its next look, a minute later
+// (a chaos run).
+func (q *fairQueue) has(id, executionID string) bool {
 	if q == nil {
 		return false
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	_, ok := q.ids[id]
-	return ok
+	e, ok := q.ids[id]
+	return ok && (executionID == "" || e.t.ExecutionID == executionID)
 }
 
 // queued returns how many tasks are queued here.
@@ -358,7 +366,10 @@ func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
 // holds a task queued (FairOwner): {"queued": true|false}.
 func (q *fairQueue) serveOwner(ctx context.Context) error {
 	sub, err := q.o.nc.Subscribe(subject.FairOwner(q.o.instance), func(m *nats.Msg) {
-		data, _ := json.Marshal(fairOwnerReply{Queued: q.has(string(m.Data))})
+		// "<id> <execution id>", or an id alone (an orchestrator of
+		// an earlier version asking): ids and execution ids hold no space.
+		id, executionID, _ := strings.Cut(string(m.Data), " ")
+		data, _ := json.Marshal(fairOwnerReply{Queued: q.has(id, executionID)})
 		_ = m.Respond(data)
 	})
 	if err != nil {
@@ -393,7 +404,7 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 	gone := o.gone.has(owner)
 	var reply *nats.Msg
 	if !gone {
-		reply, err = o.nc.RequestWithContext(ctx, subject.FairOwner(owner), []byte(t.ID))
+		reply, err = o.nc.RequestWithContext(ctx, subject.FairOwner(owner), []byte(t.ID+" "+t.ExecutionID))
 		gone = errors.Is(err, nats.ErrNoResponders)
 	}
 	switch {

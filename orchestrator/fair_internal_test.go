@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"testing"
 	"time"
+
+	"github.com/ax-run/ax/task"
 )
 
 // TestFairWindowFollowsTheRate: counted every 10 ms, a level delivering
@@ -45,5 +47,38 @@ func TestFairWindowFollowsTheRate(t *testing.T) {
 	}
 	if lv.adapt(0, 4, now.Add(10*time.Millisecond), 8); lv.window != 8 {
 		t.Errorf("window %d above the configured 8", lv.window)
+	}
+}
+
+// A fairness queue holds a task under one execution: once the task moved
+// to another (an orchestrator that took this one for gone dispatched it
+// again), the entry is not the task's, and a look must not leave the task
+// to this queue.
+func TestFairQueueHoldsOneExecution(t *testing.T) {
+	q := newFairQueue(nil, 1)
+	queued := func(id, execution string) task.Task {
+		t := task.Task{ExecutionID: execution}
+		t.ID, t.Type, t.Capability, t.FairnessKey = id, "job", "default", "a"
+		return t
+	}
+	first := queued("first", "e0")
+	if q.queue(first, 1) {
+		t.Fatal("the level's first task was queued; want it dispatched at once (the window holds one)")
+	}
+	x := queued("x", "e1")
+	if !q.queue(x, 2) {
+		t.Fatal("a task behind a full window was not queued")
+	}
+	for _, c := range []struct {
+		execution string
+		want      bool
+	}{{"e1", true}, {"", true}, {"e2", false}} {
+		if got := q.has("x", c.execution); got != c.want {
+			t.Errorf("has(x, %q) = %v, want %v", c.execution, got, c.want)
+		}
+	}
+	x.ExecutionID = "e2"
+	if !q.queue(x, 3) || !q.has("x", "e2") || q.has("x", "e1") || q.queued() != 1 {
+		t.Errorf("queued again under e2: has e2 %v, has e1 %v, %d queued; want the entry updated in place", q.has("x", "e2"), q.has("x", "e1"), q.queued())
 	}
 }

@@ -147,7 +147,7 @@ func (o *Orchestrator) fireWatch(ctx context.Context, f timerFire) error {
 		// a new watch, if they still hold it).
 		return o.dispatch(ctx, t, rev)
 	}
-	if t.State == task.Ready && o.fair.has(t.ID) {
+	if t.State == task.Ready && o.fair.has(t.ID, t.ExecutionID) {
 		return o.armFairWatch(ctx, t, o.instance) // queued here for its turn
 	}
 	if t.State == task.Ready && f.Owner != "" && f.ExecutionID == t.ExecutionID {
