@@ -529,27 +529,35 @@ export class Executor {
   }
 
   /** @internal Creates or updates a capability's six ready consumers (topology.ReadyConsumer). */
-  async bindLevels(capability: string): Promise<void> {
-    for (let p = 0; p < subj.LEVELS; p++) {
-      const durable = subj.readyConsumer(capability, p);
-      const filter = subj.dispatchFilter(capability, p);
-      const req = {
-        stream_name: subj.STREAM_TASKS,
-        config: {
-          durable_name: durable,
-          filter_subject: filter,
-          ack_policy: "explicit",
-          ack_wait: Math.round(this.cfg.ackWaitMs * 1e6),
-          max_ack_pending: 65536,
-          deliver_policy: "new",
-        },
-      };
-      const m = await this.nc.request(`$JS.API.CONSUMER.CREATE.${subj.STREAM_TASKS}.${durable}.${filter}`, jsonBytes(req), {
-        timeout: 5000,
-      });
-      const rep = parseJSON<{ error?: { description?: string; code?: number } }>(m.data);
-      if (rep.error) throw new Error(`ready consumer ${durable}: ${rep.error.description ?? JSON.stringify(rep.error)}`);
-    }
+  /**
+   * Creates (or updates, with this executor's ack wait) the ready consumers
+   * of a capability's levels (all six by default), all at once, each
+   * request waiting at most timeoutMs; throws the first failure.
+   */
+  async bindLevels(capability: string, levels: number[] = LEVEL_LIST, timeoutMs = 5000): Promise<void> {
+    const results = await Promise.allSettled(levels.map((p) => this.bindLevel(capability, p, timeoutMs)));
+    for (const r of results) if (r.status === "rejected") throw r.reason;
+  }
+
+  private async bindLevel(capability: string, p: number, timeoutMs: number): Promise<void> {
+    const durable = subj.readyConsumer(capability, p);
+    const filter = subj.dispatchFilter(capability, p);
+    const req = {
+      stream_name: subj.STREAM_TASKS,
+      config: {
+        durable_name: durable,
+        filter_subject: filter,
+        ack_policy: "explicit",
+        ack_wait: Math.round(this.cfg.ackWaitMs * 1e6),
+        max_ack_pending: 65536,
+        deliver_policy: "new",
+      },
+    };
+    const m = await this.nc.request(`$JS.API.CONSUMER.CREATE.${subj.STREAM_TASKS}.${durable}.${filter}`, jsonBytes(req), {
+      timeout: timeoutMs,
+    });
+    const rep = parseJSON<{ error?: { description?: string; code?: number } }>(m.data);
+    if (rep.error) throw new Error(`ready consumer ${durable}: ${rep.error.description ?? JSON.stringify(rep.error)}`);
   }
 
   /** Loads the revoked executions of the executor's capabilities and follows them (AX_REVOKED). */
@@ -1357,6 +1365,16 @@ export function setOutcome(r: Report, herr: unknown): void {
 
 /** Waits briefly for a task whose publish rang the doorbell. */
 const BELL_WAIT = 100;
+/** Bounds one try at creating ready consumers again after their pulls failed (executor/pull.go rebindWait). */
+const REBIND_WAIT = 2000;
+/** Bounds the wait between failed pulls (executor/pull.go maxPullBackoff). */
+const MAX_PULL_BACKOFF = 1000;
+/** The priority levels, 0 … 5. */
+const LEVEL_LIST: number[] = Array.from({ length: subj.LEVELS }, (_, i) => i);
+
+function sum(a: number[]): number {
+  return a.reduce((x, y) => x + y, 0);
+}
 
 /**
  * Whether a dispatch pulled at pulledAt and not started by now was held
@@ -1392,6 +1410,8 @@ class Puller {
   private rangFlag = false;
   private failures = 0;
   private probed = 0;
+  /** Bit N set: level N's last pull failed as if its consumer did not exist (run creates it again). */
+  private gone = 0;
 
   constructor(
     private readonly e: Executor,
@@ -1412,10 +1432,17 @@ class Puller {
         } catch (err) {
           if (this.e.nc.isClosed()) return;
           await this.backoff(err, stop);
-          if (err instanceof ConsumerGoneError) {
-            await this.e.bindLevels(this.capability).catch((e2) =>
-              this.e.config.log("warn", "cannot recreate the ready consumers; retrying", { error: String(e2) }),
-            );
+          if (this.gone !== 0) {
+            // Deleted by hand or lost (or leaderless for a moment: a pull
+            // then has no responders too): create them again, or nobody
+            // would ever pull this capability's tasks.
+            const levels = LEVEL_LIST.filter((l) => this.gone & (1 << l));
+            try {
+              await this.e.bindLevels(this.capability, levels, REBIND_WAIT);
+              this.gone = 0;
+            } catch (e2) {
+              this.e.config.log("warn", "cannot recreate the ready consumers; retrying", { error: String(e2) });
+            }
           }
           continue;
         }
@@ -1437,25 +1464,40 @@ class Puller {
     }
   }
 
+  /**
+   * Pulls up to n tasks and starts them; returns how many it took, or
+   * throws the first pull error. Each step's pulls of several levels go
+   * out together and are answered together (pullLevels): a round costs a
+   * round trip or two, not one per level.
+   */
   private async round(n: number, stop: AbortSignal): Promise<number> {
-    let got = 0;
     const rung = this.rung;
     this.rung = 0;
+    let want = new Array<number>(subj.LEVELS).fill(0);
+    let asked = 0;
     for (let lvl = 0; lvl < subj.LEVELS; lvl++) {
-      if (rung & (1 << lvl) && n - got > 0) {
-        const k = await this.fetch(lvl, 1, BELL_WAIT);
-        got += k;
-        this.empty[lvl] = k === 0;
+      if (rung & (1 << lvl) && asked < n) {
+        want[lvl] = 1;
+        asked++;
       }
     }
+    let took = await this.pullLevels(want, BELL_WAIT);
+    let got = sum(took);
+    for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((want[lvl] as number) > 0) this.empty[lvl] = took[lvl] === 0;
     const probe = !this.bellSub || Date.now() - this.probed >= BUSY_PROBE;
-    if (probe) this.probed = Date.now();
-    for (let lvl = 0; lvl < subj.LEVELS && probe && n - got > 0; lvl++) {
-      if (this.empty[lvl]) {
-        const k = await this.fetch(lvl, 1, 0);
-        got += k;
-        this.empty[lvl] = k === 0;
+    if (probe) {
+      this.probed = Date.now();
+      want = new Array<number>(subj.LEVELS).fill(0);
+      asked = 0;
+      for (let lvl = 0; lvl < subj.LEVELS; lvl++) {
+        if (this.empty[lvl] && got + asked < n) {
+          want[lvl] = 1;
+          asked++;
+        }
       }
+      took = await this.pullLevels(want, 0);
+      got += sum(took);
+      for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((want[lvl] as number) > 0) this.empty[lvl] = took[lvl] === 0;
     }
     for (let pass = 0; pass < subj.LEVELS + 3 && n - got > 0 && !stop.aborted; pass++) {
       const alloc = new Array<number>(subj.LEVELS).fill(0);
@@ -1464,31 +1506,47 @@ class Puller {
         if (lvl < 0) break;
         alloc[lvl] = (alloc[lvl] as number) + 1;
       }
-      let took = 0;
-      for (let lvl = 0; lvl < subj.LEVELS; lvl++) {
-        const want = alloc[lvl] as number;
-        if (want === 0) continue;
-        const k = await this.fetch(lvl, want, 0);
-        took += k;
-        if (k < want) this.empty[lvl] = true;
-      }
-      got += took;
-      if (took === 0 && this.empty.every(Boolean)) break;
+      took = await this.pullLevels(alloc, 0);
+      for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((took[lvl] as number) < (alloc[lvl] as number)) this.empty[lvl] = true;
+      got += sum(took);
+      if (sum(took) === 0 && this.empty.every(Boolean)) break;
     }
     return got;
   }
 
-  private async fetch(lvl: number, want: number, waitMs: number): Promise<number> {
+  /**
+   * Takes up to want[lvl] tasks from each level and starts them, highest
+   * priority first: the pulls go out together, then their messages are
+   * started in level order. Returns how many each level gave; throws the
+   * first failure once every pull that answered was started (a level whose
+   * consumer may be gone is marked for run to create again).
+   */
+  private async pullLevels(want: number[], waitMs: number): Promise<number[]> {
     const pulledAt = Date.now(); // every message of the batch is delivered after this
-    const msgs = await fetch(this.e.nc, subj.STREAM_TASKS, subj.readyConsumer(this.capability, lvl), want, waitMs);
-    for (const m of msgs) this.e.start1(m, pulledAt);
-    return msgs.length;
+    const results = await Promise.allSettled(
+      want.map((w, lvl) =>
+        w > 0 ? fetch(this.e.nc, subj.STREAM_TASKS, subj.readyConsumer(this.capability, lvl), w, waitMs) : Promise.resolve([]),
+      ),
+    );
+    const took = new Array<number>(subj.LEVELS).fill(0);
+    let failure: unknown;
+    results.forEach((r, lvl) => {
+      if (r.status === "fulfilled") {
+        for (const m of r.value) this.e.start1(m, pulledAt);
+        took[lvl] = r.value.length;
+        return;
+      }
+      failure ??= r.reason;
+      if (r.reason instanceof ConsumerGoneError) this.gone |= 1 << lvl;
+    });
+    if (failure !== undefined) throw failure;
+    return took;
   }
 
   private async backoff(err: unknown, stop: AbortSignal): Promise<void> {
     if (this.failures === 0) this.e.config.log("warn", "pulling failed; retrying with backoff until NATS answers", { error: String(err) });
     this.failures++;
-    await sleep(Math.min(100 * 2 ** Math.min(this.failures - 1, 6), 5000), stop);
+    await sleep(Math.min(100 * 2 ** Math.min(this.failures - 1, 6), MAX_PULL_BACKOFF), stop);
   }
 
   private arm(): void {
