@@ -22,10 +22,10 @@ func TestOrderWorkflow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := NewWarehouse(map[string]int{"book": 10}, map[string]int{"book": 12})
-	w.FailNotify(1)
+	paid, unpaid := Order{ID: "o-1", SKU: "book", Qty: 2}, Order{ID: "o-2", SKU: "book", Qty: 3}
+	w.FailNotify(paid.ID, 1)
 	Register(env.Executor, w)
 
-	paid, unpaid := Order{ID: "o-1", SKU: "book", Qty: 2}, Order{ID: "o-2", SKU: "book", Qty: 3}
 	if _, err := Submit(ctx, env.Client, paid, time.Minute); err != nil {
 		t.Fatal(err)
 	}

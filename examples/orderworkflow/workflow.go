@@ -250,24 +250,25 @@ func (w *Warehouse) Release(order string) int {
 	return h.qty
 }
 
-// Notify tells the customer; FailNotify makes the next calls fail.
+// Notify tells the customer; FailNotify makes an order's next calls fail.
 func (w *Warehouse) Notify(order, msg string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.calls["notify"]++
-	if w.failNext["notify"] > 0 {
-		w.failNext["notify"]--
+	if w.failNext["notify "+order] > 0 {
+		w.failNext["notify "+order]--
 		return errors.New("mail server down")
 	}
 	return nil
 }
 
-// FailNotify makes the next n notifications fail (to show that a retry of
-// reserve does not reserve again).
-func (w *Warehouse) FailNotify(n int) {
+// FailNotify makes the next n notifications of an order fail (to show
+// that a retry of reserve does not reserve again). Per order, so which of
+// several orders runs first does not decide whose notification fails.
+func (w *Warehouse) FailNotify(order string, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.failNext["notify"] += n
+	w.failNext["notify "+order] += n
 }
 
 // Calls counts the calls of one service (reserve, ship, release, notify).
