@@ -194,45 +194,19 @@ func (p *puller) run(ctx context.Context) {
 func (p *puller) round(ctx context.Context, n int) (got int, err error) {
 	// A doorbell rings when the message is published, which can be a moment
 	// before the stream has stored it: wait briefly on the levels it rang for.
-	var want [task.Levels]int
-	rung, asked := p.rung.Swap(0), 0
-	for lvl := range task.Levels {
-		if rung&(1<<lvl) != 0 && asked < n {
-			want[lvl] = 1
-			asked++
-		}
-	}
-	took, err := p.pullLevels(ctx, want, bellWait)
-	got = sum(took)
+	rung := p.rung.Swap(0)
+	got, err = p.pullOne(ctx, func(lvl int) bool { return rung&(1<<lvl) != 0 }, n, bellWait)
 	if err != nil {
 		return got, err
 	}
-	for lvl, k := range took {
-		if want[lvl] > 0 {
-			p.empty[lvl] = k == 0
-		}
-	}
 	// Probe levels last seen empty, highest priority first (while the
 	// doorbell is armed, publishes ring it: only every busyProbe).
-	probe := p.bell == nil || time.Since(p.probed) >= busyProbe
-	if probe {
+	if p.bell == nil || time.Since(p.probed) >= busyProbe {
 		p.probed = time.Now()
-		want, asked = [task.Levels]int{}, 0
-		for lvl := range task.Levels {
-			if p.empty[lvl] && got+asked < n {
-				want[lvl] = 1
-				asked++
-			}
-		}
-		took, err := p.pullLevels(ctx, want, 0)
-		got += sum(took)
+		k, err := p.pullOne(ctx, func(lvl int) bool { return p.empty[lvl] }, n-got, 0)
+		got += k
 		if err != nil {
 			return got, err
-		}
-		for lvl, k := range took {
-			if want[lvl] > 0 {
-				p.empty[lvl] = k == 0
-			}
 		}
 	}
 	// Share the rest by weight among levels with work. A pass that took
@@ -264,6 +238,30 @@ func (p *puller) round(ctx context.Context, n int) (got int, err error) {
 		}
 	}
 	return got, nil
+}
+
+// pullOne pulls one task from each level pick selects, at most room
+// levels, highest priority first, all at once (pullLevels), and notes
+// which of them were empty. It returns how many it took.
+func (p *puller) pullOne(ctx context.Context, pick func(lvl int) bool, room int, wait time.Duration) (int, error) {
+	var want [task.Levels]int
+	asked := 0
+	for lvl := range task.Levels {
+		if asked < room && pick(lvl) {
+			want[lvl] = 1
+			asked++
+		}
+	}
+	took, err := p.pullLevels(ctx, want, wait)
+	if err != nil {
+		return sum(took), err
+	}
+	for lvl, k := range took {
+		if want[lvl] > 0 {
+			p.empty[lvl] = k == 0
+		}
+	}
+	return sum(took), nil
 }
 
 func sum(a [task.Levels]int) int {

@@ -1473,31 +1473,10 @@ class Puller {
   private async round(n: number, stop: AbortSignal): Promise<number> {
     const rung = this.rung;
     this.rung = 0;
-    let want = new Array<number>(subj.LEVELS).fill(0);
-    let asked = 0;
-    for (let lvl = 0; lvl < subj.LEVELS; lvl++) {
-      if (rung & (1 << lvl) && asked < n) {
-        want[lvl] = 1;
-        asked++;
-      }
-    }
-    let took = await this.pullLevels(want, BELL_WAIT);
-    let got = sum(took);
-    for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((want[lvl] as number) > 0) this.empty[lvl] = took[lvl] === 0;
-    const probe = !this.bellSub || Date.now() - this.probed >= BUSY_PROBE;
-    if (probe) {
+    let got = await this.pullOne((lvl) => (rung & (1 << lvl)) !== 0, n, BELL_WAIT);
+    if (!this.bellSub || Date.now() - this.probed >= BUSY_PROBE) {
       this.probed = Date.now();
-      want = new Array<number>(subj.LEVELS).fill(0);
-      asked = 0;
-      for (let lvl = 0; lvl < subj.LEVELS; lvl++) {
-        if (this.empty[lvl] && got + asked < n) {
-          want[lvl] = 1;
-          asked++;
-        }
-      }
-      took = await this.pullLevels(want, 0);
-      got += sum(took);
-      for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((want[lvl] as number) > 0) this.empty[lvl] = took[lvl] === 0;
+      got += await this.pullOne((lvl) => this.empty[lvl] as boolean, n - got, 0);
     }
     for (let pass = 0; pass < subj.LEVELS + 3 && n - got > 0 && !stop.aborted; pass++) {
       const alloc = new Array<number>(subj.LEVELS).fill(0);
@@ -1506,12 +1485,31 @@ class Puller {
         if (lvl < 0) break;
         alloc[lvl] = (alloc[lvl] as number) + 1;
       }
-      took = await this.pullLevels(alloc, 0);
+      const took = await this.pullLevels(alloc, 0);
       for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((took[lvl] as number) < (alloc[lvl] as number)) this.empty[lvl] = true;
       got += sum(took);
       if (sum(took) === 0 && this.empty.every(Boolean)) break;
     }
     return got;
+  }
+
+  /**
+   * Pulls one task from each level pick selects, at most room levels,
+   * highest priority first, all at once (pullLevels), and notes which of
+   * them were empty. Returns how many it took.
+   */
+  private async pullOne(pick: (lvl: number) => boolean, room: number, waitMs: number): Promise<number> {
+    const want = new Array<number>(subj.LEVELS).fill(0);
+    let asked = 0;
+    for (let lvl = 0; lvl < subj.LEVELS; lvl++) {
+      if (asked < room && pick(lvl)) {
+        want[lvl] = 1;
+        asked++;
+      }
+    }
+    const took = await this.pullLevels(want, waitMs);
+    for (let lvl = 0; lvl < subj.LEVELS; lvl++) if ((want[lvl] as number) > 0) this.empty[lvl] = took[lvl] === 0;
+    return sum(took);
   }
 
   /**
