@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,8 +44,11 @@ type Loop struct {
 	// do not make the buffer's memory follow the backlog. It must exceed
 	// the largest message.
 	MaxBytes int
-	// Expiry is how long one pull request waits on the server (the
-	// server's heartbeats come every half of it). Default 10s.
+	// Expiry is how long one pull request waits on the server. The
+	// server's heartbeats come every half of it, and two missed ones make
+	// the loop pull again: a consumer whose leader was lost without a
+	// word (its node killed, stopped or cut off) is pulled from its new
+	// leader within an expiry of the election. Default DefaultExpiry.
 	Expiry time.Duration
 	// Handle is called for every message.
 	Handle Handler
@@ -62,6 +66,13 @@ type Loop struct {
 	// terminated. An error from it retries the message later.
 	Poison func(ctx context.Context, msg jetstream.Msg, reason error) error
 }
+
+// DefaultExpiry is a pull request's default expiry: short, because the
+// client notices a lost pull only by its missing heartbeats (10 s of them
+// at nats.go's default 30 s expiry), and a task waiting on the consumer
+// waits that long after the server elected a new leader. An idle loop
+// costs a pull request every DefaultExpiry and a heartbeat every half.
+const DefaultExpiry = 2 * time.Second
 
 // ErrEnded is wrapped by Run's error when the loop ended for a reason
 // other than ctx: the consumer was deleted, or its pulls stopped answering.
@@ -93,7 +104,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 	expiry := l.Expiry
 	if expiry <= 0 {
-		expiry = 10 * time.Second
+		expiry = DefaultExpiry
 	}
 	// A callback subscription, not the Messages iterator: the iterator
 	// buffers what it pulled in a channel of exactly the batch's size, so
@@ -112,6 +123,11 @@ func (l *Loop) Run(ctx context.Context) error {
 	in := make(chan jetstream.Msg)
 	errs := make(chan error, 16)
 	quit := make(chan struct{})
+	// gone receives the error that ends the loop when a check after
+	// missing heartbeats found the consumer deleted; checking is set
+	// while one runs (the loop goes on taking messages meanwhile).
+	gone := make(chan error, 1)
+	var checking atomic.Bool
 	cc, err := l.Consumer.Consume(func(msg jetstream.Msg) {
 		select {
 		case in <- msg:
@@ -138,11 +154,14 @@ func (l *Loop) Run(ctx context.Context) error {
 			select {
 			case msg = <-in:
 			case err := <-errs:
-				if err := l.failed(ctx, err); err != nil {
+				if err := l.failed(ctx, err, &checking, gone); err != nil {
 					<-sem
 					return err
 				}
 				continue
+			case err := <-gone:
+				<-sem
+				return err
 			case <-cc.Closed():
 				<-sem
 				if ctx.Err() != nil {
@@ -164,7 +183,7 @@ func (l *Loop) Run(ctx context.Context) error {
 
 // failed handles an error the consumer reported: nil to go on (its pulls
 // go on by themselves), or the error that ends the loop.
-func (l *Loop) failed(ctx context.Context, err error) error {
+func (l *Loop) failed(ctx context.Context, err error, checking *atomic.Bool, gone chan<- error) error {
 	switch {
 	case ctx.Err() != nil:
 		return nil
@@ -173,12 +192,23 @@ func (l *Loop) failed(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, err)
 	case errors.Is(err, jetstream.ErrNoHeartbeat):
 		// No heartbeat from the server: the consumer may be gone
-		// (deleted, or lost with a stream) or NATS unreachable.
-		ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, ierr := l.Consumer.Info(ictx)
-		cancel()
-		if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrConsumerDoesNotExist) {
-			return fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, ierr)
+		// (deleted, or lost with a stream), its leader lost (the client
+		// has pulled again already) or NATS unreachable. Whether it is
+		// gone is asked aside: an answer can take the request timeout,
+		// and messages from a new leader must not wait for it.
+		if checking.CompareAndSwap(false, true) {
+			go func() {
+				defer checking.Store(false)
+				ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, ierr := l.Consumer.Info(ictx)
+				cancel()
+				if errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrConsumerDoesNotExist) {
+					select {
+					case gone <- fmt.Errorf("%w: %s: %w", ErrEnded, l.Name, ierr):
+					default: // one is enough
+					}
+				}
+			}()
 		}
 	}
 	l.Log.Warn("pull failed; retrying", slog.Any("error", err), slog.String("consumer", l.Name))
