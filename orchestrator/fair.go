@@ -413,7 +413,7 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 		// (of several orchestrators looking, one does).
 		moved := false
 		_, err := o.transition(ctx, t.ID, func(cur task.Task, rev uint64) (*task.Task, string, error) {
-			d := lifecycle.Redispatch(&cur, t.ExecutionID, "reconciler: the orchestrator that queued it for its fairness key's turn is gone; dispatched again", o.env())
+			d := lifecycle.Redispatch(&cur, t.ExecutionID, "reconciler: the orchestrator that queued it for its fairness key's turn is gone; readied again under a new execution (it had not been dispatched)", o.env())
 			moved = d.Verdict == lifecycle.Apply
 			return o.decided(ctx, cur, rev, d)
 		})
