@@ -722,6 +722,15 @@ var ErrPermanent = errors.New("operator action needed")
 // calling report (may be nil) before each wait; it returns ctx's error
 // wrapped with f's last one when ctx ends.
 func Retry(ctx context.Context, f func(ctx context.Context) error, report func(err error, wait time.Duration)) error {
+	return RetryUpTo(ctx, 5*time.Second, f, report)
+}
+
+// RetryUpTo is Retry with the waits between tries capped at maxWait. A
+// process that holds up work while it retries (an orchestrator starting)
+// caps them low: each try is bounded by the client's request timeout
+// already, and a step should not wait out seconds after the cluster
+// answers again.
+func RetryUpTo(ctx context.Context, maxWait time.Duration, f func(ctx context.Context) error, report func(err error, wait time.Duration)) error {
 	wait := 100 * time.Millisecond
 	for {
 		err := f(ctx)
@@ -741,6 +750,6 @@ func Retry(ctx context.Context, f func(ctx context.Context) error, report func(e
 			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
 		case <-t.C:
 		}
-		wait = min(2*wait, 5*time.Second)
+		wait = min(2*wait, maxWait)
 	}
 }
