@@ -115,7 +115,11 @@ type Config struct {
 	// MaxDeliveries is how often a message is delivered to a handler that
 	// keeps failing (with growing delays, about 8 minutes at the default)
 	// before it is kept as poison on AX_POISON for an operator to inspect
-	// and re-drive (`ax poison`), instead of looping for ever. Default 50.
+	// and re-drive (`ax poison`), instead of looping for ever. A handler
+	// failing only because NATS or JetStream does not answer (an outage)
+	// is tried every 2 s at most and kept as poison after ten times as
+	// many deliveries (consume.UnavailableDeliveries: about 17 minutes).
+	// Default 50.
 	MaxDeliveries uint64
 	// DispatchCacheBytes bounds the memory of the recent dispatches kept so
 	// a report is applied without reading its task (an entry lost costs one

@@ -359,9 +359,10 @@ func (o *Orchestrator) bindLoop(ctx context.Context, l loop) (jetstream.Consumer
 		AckWait:        o.cfg.AckWait,
 		MaxAckPending:  4 * o.cfg.Batch * o.cfg.Workers / 16,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// The handler keeps a message as poison at MaxDeliveries; this is
-		// the server's backstop should even that keep failing.
-		MaxDeliver: 2 * int(o.cfg.MaxDeliveries),
+		// The handler keeps a message as poison at MaxDeliveries (many
+		// more when it failed for want of an answer); this is the
+		// server's backstop should even that keep failing.
+		MaxDeliver: 2 * consume.UnavailableDeliveries * int(o.cfg.MaxDeliveries),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", l.consumer, err)

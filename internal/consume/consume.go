@@ -255,7 +255,17 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 	if md, mdErr := msg.Metadata(); mdErr == nil {
 		delivered = md.NumDelivered
 	}
-	if l.MaxDeliveries > 0 && delivered >= l.MaxDeliveries && l.Poison != nil {
+	// A handler that failed because NATS or JetStream did not answer (a
+	// stream or consumer without a leader, a server restarting) is tried
+	// again soon and kept as poison only after far more deliveries: the
+	// message is fine, and waiting out an outage is not a reason to set it
+	// aside, nor to leave it up to 10 s behind the outage's end.
+	unavailable := Unavailable(err)
+	poisonAt := l.MaxDeliveries
+	if unavailable {
+		poisonAt *= UnavailableDeliveries
+	}
+	if l.MaxDeliveries > 0 && delivered >= poisonAt && l.Poison != nil {
 		if perr := l.Poison(ctx, msg, err); perr == nil {
 			l.Log.Error("message could not be applied; kept as poison for re-drive (ax poison)", slog.Any("error", err), slog.String("consumer", l.Name), slog.String("subject", msg.Subject()), slog.Uint64("deliveries", delivered))
 			_ = msg.Term()
@@ -265,6 +275,9 @@ func (l *Loop) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	}
 	delay := NakDelay(delivered)
+	if unavailable {
+		delay = min(delay, maxUnavailableDelay)
+	}
 	l.Log.Warn("handler failed; will retry", slog.Any("error", err), slog.String("consumer", l.Name), slog.String("subject", msg.Subject()), slog.Uint64("deliveries", delivered), slog.Duration("redeliver_in", delay))
 	_ = msg.NakWithDelay(delay)
 }
@@ -304,6 +317,28 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// UnavailableDeliveries multiplies MaxDeliveries for a message whose
+// handler fails only because NATS or JetStream does not answer
+// (Unavailable): at the orchestrator's default of 50, a message is kept as
+// poison after about 17 minutes of such failures in a row, not 8.
+const UnavailableDeliveries = 10
+
+// maxUnavailableDelay caps the redelivery delay after a failure for want
+// of an answer (Unavailable): outages end, and a message should follow
+// within about a second of the end, not up to NakDelay's 10 s.
+const maxUnavailableDelay = 2 * time.Second
+
+// Unavailable reports whether err is NATS or JetStream not answering for
+// now: no responders, a request timed out, a connection reconnecting, a
+// stream that did not answer a publish, or a 503 (no leader, no quorum).
+func Unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		(errors.As(err, &apiErr) && apiErr.Code == 503)
 }
 
 // NakDelay is the redelivery delay after the n-th failed delivery: 100ms,

@@ -156,6 +156,54 @@ func TestPoisonAfterDeliveryLimit(t *testing.T) {
 	}
 }
 
+// TestUnavailableIsNotPoison: a handler failing only because JetStream
+// did not answer (an outage: a 503, no responders, a timeout) is retried
+// past MaxDeliveries instead of kept as poison, and the message is applied
+// once it answers again.
+func TestUnavailableIsNotPoison(t *testing.T) {
+	t.Parallel()
+	js, cons := setup(t, 30*time.Second)
+	outage := []error{
+		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		fmt.Errorf("write task x: %w", jetstream.ErrNoStreamResponse),
+		fmt.Errorf("get task x: %w", nats.ErrNoResponders),
+		fmt.Errorf("read slots: %w", context.DeadlineExceeded),
+	}
+	var calls atomic.Int32
+	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, MaxDeliveries: 2,
+		Poison: consume.KeepPoison(js, "c"),
+		Handle: func(context.Context, jetstream.Msg) error {
+			n := int(calls.Add(1))
+			if n <= 2*len(outage) {
+				return outage[(n-1)%len(outage)]
+			}
+			return nil
+		}})
+	defer stop()
+	testenv.Eventually(t, 30*time.Second, "applied after the outage", func() bool {
+		p, a := pending(t, cons)
+		return calls.Load() == int32(2*len(outage)+1) && p == 0 && a == 0
+	})
+	ctx := testenv.Context(t, 10*time.Second)
+	st, err := js.Stream(ctx, subject.StreamPoison)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetLastMsgForSubject(ctx, subject.Poison("c", 1)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a message failing for an outage was kept as poison (err %v)", err)
+	}
+	for _, err := range outage {
+		if !consume.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = false", err)
+		}
+	}
+	for _, err := range []error{errors.New("cannot apply"), &jetstream.APIError{Code: 400, ErrorCode: 10059, Description: "stream not found"}, jetstream.ErrMsgNotFound} {
+		if consume.Unavailable(err) {
+			t.Errorf("Unavailable(%v) = true", err)
+		}
+	}
+}
+
 // TestBusyHandlersDropNothing: while every worker is busy the messages
 // pulled ahead wait for them, and the server's heartbeats and notices keep
 // arriving meanwhile — and a reconnect (the connection cut for a moment)
