@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/codec"
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/edges"
 	"github.com/ax-run/ax/internal/groupcommit"
@@ -356,12 +357,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
 }
 
 // transient reports whether err is NATS or JetStream not answering for now.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
-		(errors.As(err, &apiErr) && apiErr.Code == 503)
-}
+func transient(err error) bool { return consume.Unavailable(err) }
 
 func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 	// The task's state first (one read): a task that ended is answered at
