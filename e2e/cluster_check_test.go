@@ -30,14 +30,17 @@ type stall struct {
 	// net is d less the times a stream the probe reads was out
 	// (leaderProbe): the part of the stall the store does not explain.
 	net time.Duration
+	// netReady is net, for a ready task, also less the times its
+	// level's ready consumer had no leader (executors cannot pull it).
+	netReady time.Duration
 }
 
 func (s stall) String() string {
 	if s.id == "" {
 		return "none"
 	}
-	return fmt.Sprintf("%s (%s in %s from %s; %s net of store outages)", s.d.Round(time.Millisecond), s.id, s.state,
-		s.since.Format("15:04:05.000"), s.net.Round(time.Millisecond))
+	return fmt.Sprintf("%s (%s in %s from %s; %s net of store outages, %s also of its ready consumer's)", s.d.Round(time.Millisecond), s.id, s.state,
+		s.since.Format("15:04:05.000"), s.net.Round(time.Millisecond), s.netReady.Round(time.Millisecond))
 }
 
 // clusterFindings are the results of checking every history.
@@ -52,10 +55,11 @@ type clusterFindings struct {
 	// unfinished upstreams included); longest: not counting a wait for
 	// upstreams or shards that had not ended yet.
 	longestRaw, longest stall
-	// longestNet: as longest, ranked by the stall net of store outages.
-	longestNet stall
-	top        []stall
-	byState    map[task.State]stall // longest per state, as longest
+	// longestNet: as longest, ranked by the stall net of store outages;
+	// longestNetReady, by netReady.
+	longestNet, longestNetReady stall
+	top                         []stall
+	byState                     map[task.State]stall // longest per state, as longest
 	// slotWait: the longest a ready task waited for a slot of its
 	// concurrency key (its last event "held: concurrency limit of key
 	// … reached"), which longest leaves out: a key at its limit holds its
@@ -68,11 +72,13 @@ type clusterFindings struct {
 func isClusterTask(id string) bool { return strings.HasPrefix(id, clusterPrefix+"-") }
 
 // checkClusterHistories checks the invariants of every workload task's
-// history; now ends the stall of tasks still unfinished. outages are the
-// spans when a probed stream was out (sorted, disjoint), which each
-// stall's net leaves out.
+// history; now ends the stall of tasks still unfinished. pf's outages are
+// the spans when a probed stream was out (sorted, disjoint), which each
+// stall's net leaves out; its readyOutages add a level's ready consumer's
+// for ready tasks (netReady).
 func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]time.Time, all map[string][]store.Revisioned,
-	dlq map[string]int, now time.Time, outages []interval) *clusterFindings {
+	dlq map[string]int, now time.Time, pf probeFigures) *clusterFindings {
+	outages := pf.outages
 	t.Helper()
 	f := &clusterFindings{states: make(map[task.State]int), byState: make(map[task.State]stall)}
 	fail := func(id, format string, args ...any) {
@@ -281,6 +287,10 @@ func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]ti
 				s.d = end.Sub(s.since)
 			}
 			s.net = s.d - overlap(outages, s.since, s.since.Add(s.d))
+			s.netReady = s.net
+			if s.state == task.Ready && ev.Task.Capability == task.DefaultCapability {
+				s.netReady = s.d - overlap(pf.readyOutages[ev.Task.PriorityLevel()], s.since, s.since.Add(s.d))
+			}
 			if held := "held: concurrency limit of key "; ev.To == task.Ready && (strings.HasPrefix(ev.Reason, held) || strings.HasPrefix(ev.Task.Reason, held)) {
 				if s.d > f.slotWait.d {
 					f.slotWait = s
@@ -293,6 +303,9 @@ func checkClusterHistories(t *testing.T, w *clusterWorkload, acked map[string]ti
 			}
 			if s.net > f.longestNet.net {
 				f.longestNet = s
+			}
+			if s.netReady > f.longestNetReady.netReady {
+				f.longestNetReady = s
 			}
 			if s.d > f.byState[s.state].d {
 				f.byState[s.state] = s

@@ -3,6 +3,7 @@ package e2e
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,10 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/subject"
+	"github.com/ax-run/ax/task"
 )
 
 // leaderProbe measures how long each stream a task's progress depends on
@@ -52,24 +55,43 @@ var probedStreams = []struct{ stream, subject string }{
 	{subject.StreamSubmit, "task.submit.e2e-probe"},
 }
 
+// probedReady are the executors' ready consumers the probe asks for their
+// info (answered by the consumer's leader), by priority: a ready task
+// cannot start while its level's consumer has no leader, so a ready
+// task's stall is also measured net of its level's consumer's outages.
+func probedReady(level int) string { return subject.ReadyConsumer(task.DefaultCapability, level) }
+
 func startLeaderProbe(readers []jetstream.JetStream) *leaderProbe {
 	p := &leaderProbe{stop: make(chan struct{}), answered: map[string][]time.Time{}}
 	for _, js := range readers {
 		for _, s := range probedStreams {
+			reader := leaderget.New(js)
 			p.done.Add(1)
 			go func() {
 				defer p.done.Done()
-				p.run(js, s.stream, s.subject)
+				p.run(s.stream, func(ctx context.Context) bool {
+					_, err := reader.Last(ctx, s.stream, s.subject)
+					return err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+				})
+			}()
+		}
+		for level := range task.Levels {
+			name := probedReady(level)
+			p.done.Add(1)
+			go func() {
+				defer p.done.Done()
+				p.run(name, func(ctx context.Context) bool { return consumerAnswers(ctx, js.Conn(), subject.StreamTasks, name) })
 			}()
 		}
 	}
 	return p
 }
 
-func (p *leaderProbe) run(js jetstream.JetStream, stream, subj string) {
+// run asks read every probeEvery until the probe stops, keeping the times
+// it was answered under name.
+func (p *leaderProbe) run(name string, read func(ctx context.Context) bool) {
 	tick := time.NewTicker(probeEvery)
 	defer tick.Stop()
-	reader := leaderget.New(js)
 	for {
 		select {
 		case <-p.stop:
@@ -77,17 +99,46 @@ func (p *leaderProbe) run(js jetstream.JetStream, stream, subj string) {
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err := reader.Last(ctx, stream, subj)
+		ok := read(ctx)
 		cancel()
-		ok := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
 		p.mu.Lock()
 		p.reads++
 		if ok {
-			p.answered[stream] = append(p.answered[stream], time.Now())
+			p.answered[name] = append(p.answered[name], time.Now())
 		} else {
 			p.refused++
 		}
 		p.mu.Unlock()
+	}
+}
+
+// consumerAnswers asks for a consumer's info and reports whether its
+// leader answered: every reply is read until one without an error, since
+// a replica that believes there is no leader answers at once with a 503
+// while the leader's answer is on its way (as leaderget does for reads).
+func consumerAnswers(ctx context.Context, nc *nats.Conn, stream, consumer string) bool {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return false
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest("$JS.API.CONSUMER.INFO."+stream+"."+consumer, inbox, nil); err != nil {
+		return false
+	}
+	for {
+		msg, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false
+		}
+		var reply struct {
+			Error *struct {
+				Code int `json:"code"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(msg.Data, &reply) == nil && reply.Error == nil && len(msg.Data) > 0 {
+			return true
+		}
 	}
 }
 
@@ -102,6 +153,11 @@ type probeFigures struct {
 	longest        map[string]interval
 	outages        []interval
 	reads, refused int
+	// readyOutages are, by priority, the gaps of at least probeOutageMin
+	// of that level's ready consumer, merged with outages.
+	readyOutages [task.Levels][]interval
+	// readyLongest is each ready consumer's longest gap.
+	readyLongest [task.Levels]interval
 }
 
 // figures stops the probe and returns its figures from `from` to `to`.
@@ -124,7 +180,28 @@ func (p *leaderProbe) figures(from, to time.Time) probeFigures {
 		}
 	}
 	f.outages = mergeIntervals(all)
+	for level := range task.Levels {
+		spans := slices.Clone(all)
+		for _, g := range answerGaps(p.answered[probedReady(level)], from, to) {
+			if g.to.Sub(g.from) > f.readyLongest[level].to.Sub(f.readyLongest[level].from) {
+				f.readyLongest[level] = g
+			}
+			if g.to.Sub(g.from) >= probeOutageMin {
+				spans = append(spans, g)
+			}
+		}
+		f.readyOutages[level] = mergeIntervals(spans)
+	}
 	return f
+}
+
+// renderReady lists each ready consumer's longest outage.
+func (f probeFigures) renderReady() string {
+	var parts []string
+	for level, in := range f.readyLongest {
+		parts = append(parts, fmt.Sprintf("p%d %s from %s", level, in.to.Sub(in.from).Round(time.Millisecond), in.from.Format("15:04:05.000")))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // render lists each stream's longest outage, longest first.

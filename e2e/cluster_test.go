@@ -170,7 +170,7 @@ func TestCluster(t *testing.T) {
 		dlq, err = deadLetterCounts(ctx, js)
 		return err
 	})
-	f := checkClusterHistories(t, w, acked, all, dlq, settledAt, pf.outages)
+	f := checkClusterHistories(t, w, acked, all, dlq, settledAt, pf)
 	peaks := checkKeyConcurrency(t, all, clusterKeyLimit)
 	checkMirror(t, r, db, all, 2*time.Minute)
 	r.counter.scrapeAll()
@@ -213,7 +213,9 @@ func TestCluster(t *testing.T) {
   key limits:     most attempts of one tenant at once %v (limit %d)
   longest stall:  %s (not counting waits for unfinished upstreams or shards, or for a slot of a concurrency key)
   net of outages: %s (the longest stall less the times a probed stream was out)
+  and consumers:  %s (… and, for a ready task, less the times its level's ready consumer had no leader)
   store outage:   %s (the longest each stream went without answering a leader read, probed every %s through every node, until healed)
+  ready outage:   %s (the longest each level's ready consumer went without its leader answering)
   probe reads:    %d; refused %d
   slot wait:      %s (the longest wait for a slot of a concurrency key)
   raw stall:      %s (any unfinished task without an event)
@@ -230,7 +232,7 @@ func TestCluster(t *testing.T) {
 		f.tasks, len(w.tasks), f.shards, f.tasks+f.shards, f.events, f.states,
 		nFaults, faultKinds,
 		stuckLine, len(f.missing), f.violations, peaks, clusterKeyLimit,
-		f.longest, f.longestNet, pf.render(), probeEvery, pf.reads, pf.refused, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
+		f.longest, f.longestNet, f.longestNetReady, pf.render(), probeEvery, pf.renderReady(), pf.reads, pf.refused, f.slotWait, f.longestRaw, f.stallsByState(), f.top,
 		r.counter.render("ax_reconciler_repairs_total"), r.counter.render("ax_consumer_restarts_total"),
 		f.takeovers, f.deadLeters, r.crashes,
 		time.Since(testStart).Round(time.Second), healed.Sub(phaseStart).Round(time.Second),
