@@ -41,6 +41,9 @@ type Executor struct {
 	// a takeover.)
 	fanin   *fanin.Markers
 	objects *object.Stores
+	// checked: AX's topology was found to exist (topology.Check), once:
+	// a Start retrying under faults does not ask every stream again.
+	checked bool
 
 	handlersMu sync.RWMutex
 	handlers   map[string]Handler
@@ -183,7 +186,9 @@ func (e *Executor) Start(ctx context.Context) error {
 	// during a JetStream outage, waits for them.
 	s := &session{running: make(map[string]*execution), stopped: make(chan struct{})}
 	var pullers []*puller
-	err := topology.Retry(startCtx, func(ctx context.Context) error {
+	// Tries at most 2 s apart: under faults an executor restarted waited
+	// 5 s between them while its tasks waited for any executor.
+	err := topology.RetryUpTo(startCtx, 2*time.Second, func(ctx context.Context) error {
 		var err error
 		pullers, err = e.bind(ctx, s)
 		return err
@@ -231,8 +236,11 @@ func (e *Executor) Start(ctx context.Context) error {
 // bind binds the streams the executor uses (once) and creates the ready
 // consumers of a session's pullers.
 func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
-	if err := topology.Check(ctx, e.js); err != nil {
-		return nil, err
+	if !e.checked {
+		if err := topology.Check(ctx, e.js); err != nil {
+			return nil, err
+		}
+		e.checked = true
 	}
 	if e.fanin == nil {
 		fi, err := fanin.New(ctx, e.js)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/swrr"
 	"github.com/ax-run/ax/internal/topology"
@@ -68,10 +69,39 @@ type puller struct {
 func (e *Executor) newPuller(ctx context.Context, s *session, capability string) (*puller, error) {
 	p := &puller{e: e, s: s, capability: capability, picker: swrr.New(e.cfg.Weights[:]), bellRng: make(chan struct{}, 1)}
 	if err := p.bindLevels(ctx); err != nil {
-		return nil, err
+		if !allUnavailable(err) {
+			return nil, err
+		}
+		// Levels whose consumers NATS could not create for now (no
+		// leader, no quorum) are left to the run loop, which creates them
+		// again (rebind) while the others' tasks run: under faults an
+		// executor restarted waited for every level at once.
+		for lvl := range task.Levels {
+			if p.levels[lvl] == nil {
+				p.gone |= 1 << lvl
+			}
+		}
+		e.log.Warn("starting without some ready consumers; creating them again", "error", err, "capability", capability)
 	}
 	return p, nil
 }
+
+// allUnavailable reports whether err, and each error it joins, is NATS or
+// JetStream not answering for now.
+func allUnavailable(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !allUnavailable(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return consume.Unavailable(err)
+}
+
+// errNotBound: a level's ready consumer has not been created yet.
+var errNotBound = errors.New("its ready consumer is not created yet")
 
 // consumerGone reports whether a pull failed because its consumer may not
 // exist any more (a pull to a missing consumer has no responders).
@@ -294,6 +324,11 @@ func (p *puller) pullLevels(ctx context.Context, want [task.Levels]int, wait tim
 	pulled := time.Now()
 	for lvl, n := range want {
 		if n <= 0 {
+			continue
+		}
+		if p.levels[lvl] == nil {
+			err = cmp.Or(err, fmt.Errorf("pull %s p%d: %w", p.capability, lvl, errNotBound))
+			p.gone |= 1 << lvl
 			continue
 		}
 		var b jetstream.MessageBatch
