@@ -3,6 +3,7 @@ import { randomBytes } from "node:crypto";
 import { headers, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
+import { isTransient } from "./client.js";
 import { dial, type ConnectOptions } from "./conn.js";
 import { CancelError, PermanentError, RetryAfterError, SleepError, SnoozeError } from "./errors.js";
 import { JobSteps } from "./steps.js";
@@ -464,7 +465,7 @@ export class Executor {
       try {
         this.jsm ??= await jetstreamManager(this.nc, { checkAPI: false });
         await this.jsm.streams.info(subj.STREAM_TASKS);
-        for (const c of this.cfg.capabilities) await this.bindLevels(c);
+        for (const c of this.cfg.capabilities) await this.bindLevelsAtStart(c);
         await this.watchRevocations();
         break;
       } catch (e) {
@@ -472,7 +473,8 @@ export class Executor {
         for (const w of this.watchers) w.stop();
         this.watchers = [];
         await sleep(wait, signal);
-        wait = Math.min(wait * 2, 5000);
+        // At most 2 s apart: a restarted executor's tasks wait meanwhile.
+        wait = Math.min(wait * 2, 2000);
       }
     }
     this.hardStop = new AbortController();
@@ -539,6 +541,23 @@ export class Executor {
     for (const r of results) if (r.status === "rejected") throw r.reason;
   }
 
+  /**
+   * Creates a capability's ready consumers at the start. Levels NATS
+   * cannot create for now (no leader, no quorum: a timeout or a 503) are
+   * left to the puller, whose pulls of them fail and create them again,
+   * while the other levels' tasks run (executor/pull.go newPuller); any
+   * other refusal fails the start.
+   */
+  private async bindLevelsAtStart(capability: string): Promise<void> {
+    const results = await Promise.allSettled(LEVEL_LIST.map((p) => this.bindLevel(capability, p, 5000)));
+    const failed = results.flatMap((r) => (r.status === "rejected" ? [r.reason as unknown] : []));
+    const refused = failed.find((e) => !isTransient(e));
+    if (refused !== undefined) throw refused;
+    if (failed.length > 0) {
+      this.log("warn", "starting without some ready consumers; creating them again", { error: failed.map(String).join("; "), capability });
+    }
+  }
+
   private async bindLevel(capability: string, p: number, timeoutMs: number): Promise<void> {
     const durable = subj.readyConsumer(capability, p);
     const filter = subj.dispatchFilter(capability, p);
@@ -557,7 +576,9 @@ export class Executor {
       timeout: timeoutMs,
     });
     const rep = parseJSON<{ error?: { description?: string; code?: number } }>(m.data);
-    if (rep.error) throw new Error(`ready consumer ${durable}: ${rep.error.description ?? JSON.stringify(rep.error)}`);
+    if (rep.error) {
+      throw new Error(`ready consumer ${durable}: ${rep.error.description ?? JSON.stringify(rep.error)} (code ${rep.error.code ?? "?"})`);
+    }
   }
 
   /** Loads the revoked executions of the executor's capabilities and follows them (AX_REVOKED). */
