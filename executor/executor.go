@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/direct"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/object"
@@ -237,10 +238,14 @@ func (e *Executor) Start(ctx context.Context) error {
 // consumers of a session's pullers.
 func (e *Executor) bind(ctx context.Context, s *session) ([]*puller, error) {
 	if !e.checked {
-		if err := topology.Check(ctx, e.js); err != nil {
+		// A stream that does not answer for now (no leader) is no reason
+		// to wait: the binds below fail on what is really missing.
+		switch err := topology.Check(ctx, e.js); {
+		case err == nil:
+			e.checked = true
+		case errors.Is(err, topology.ErrMissing) || !consume.Unavailable(err):
 			return nil, err
 		}
-		e.checked = true
 	}
 	if e.fanin == nil {
 		fi, err := fanin.New(ctx, e.js)
