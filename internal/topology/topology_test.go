@@ -241,7 +241,7 @@ func TestGroupCommitIsKeptUnlessChanged(t *testing.T) {
 
 // TestEnsurerResumesWhereItFailed: an Ensure cut off midway (its context
 // ends after some requests, as requests time out under faults) is resumed
-// by the next call at the step that failed: the two calls together send
+// by the next call at the steps that failed: the two calls together send
 // about as many requests as one whole Ensure, not one and a half, and the
 // topology ends complete.
 func TestEnsurerResumesWhereItFailed(t *testing.T) {
@@ -286,8 +286,9 @@ func TestEnsurerResumesWhereItFailed(t *testing.T) {
 	if err := topology.Check(ctx, js); err != nil {
 		t.Fatalf("Check after the resumed Ensure: %v", err)
 	}
-	// The step that failed is redone (a few requests), the done ones not.
-	if total > wholeSent.Load()+10 {
+	// The steps that failed are redone (a few requests each; up to the
+	// eight run at once can fail together), the done ones not.
+	if total > wholeSent.Load()+8*5 {
 		t.Fatalf("cut off after %d requests and resumed: %d requests in all, a whole Ensure takes %d", atFailure, total, wholeSent.Load())
 	}
 	t.Logf("a whole Ensure: %d requests; cut off after %d and resumed: %d in all", wholeSent.Load(), atFailure, total)
