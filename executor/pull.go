@@ -73,14 +73,10 @@ func (e *Executor) newPuller(ctx context.Context, s *session, capability string)
 			return nil, err
 		}
 		// Levels whose consumers NATS could not create for now (no
-		// leader, no quorum) are left to the run loop, which creates them
-		// again (rebind) while the others' tasks run: under faults an
-		// executor restarted waited for every level at once.
-		for lvl := range task.Levels {
-			if p.levels[lvl] == nil {
-				p.gone |= 1 << lvl
-			}
-		}
+		// leader, no quorum) are left to the run loop: their pulls find no
+		// consumer (pullLevels) and it creates them again (rebind) while
+		// the others' tasks run. Under faults an executor restarted
+		// waited for every level at once.
 		e.log.Warn("starting without some ready consumers; creating them again", "error", err, "capability", capability)
 	}
 	return p, nil

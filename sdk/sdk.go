@@ -344,7 +344,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
 		if denied := c.denied(err); denied != err {
 			return nil, denied
 		}
-		if err == nil || ctx.Err() != nil || !transient(err) {
+		if err == nil || ctx.Err() != nil || !consume.Unavailable(err) {
 			return t, err
 		}
 		select {
@@ -355,9 +355,6 @@ func (c *Client) Wait(ctx context.Context, id string) (*task.Task, error) {
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }
-
-// transient reports whether err is NATS or JetStream not answering for now.
-func transient(err error) bool { return consume.Unavailable(err) }
 
 func (c *Client) wait(ctx context.Context, id string) (*task.Task, error) {
 	// The task's state first (one read): a task that ended is answered at

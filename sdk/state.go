@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/task"
 )
@@ -67,7 +68,7 @@ func (c *Client) WaitState(ctx context.Context, taskType, id string) (*task.Task
 		case err == nil && t.State.Terminal():
 			return t, nil
 		case err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, errStateRead) &&
-			!errors.Is(err, nats.ErrNoResponders) && !transient(err):
+			!errors.Is(err, nats.ErrNoResponders) && !consume.Unavailable(err):
 			return nil, err
 		}
 		select {
@@ -88,7 +89,7 @@ func (c *Client) WaitState(ctx context.Context, taskType, id string) (*task.Task
 // wraps nats.ErrPermissionViolation. Other errors are returned as they are.
 func (c *Client) denied(err error) error {
 	last := c.nc.LastError()
-	if err == nil || !transient(err) || !errors.Is(last, nats.ErrPermissionViolation) ||
+	if err == nil || !consume.Unavailable(err) || !errors.Is(last, nats.ErrPermissionViolation) ||
 		!strings.Contains(last.Error(), "$JS.API") || !strings.Contains(last.Error(), subject.StreamTasks) {
 		return err
 	}

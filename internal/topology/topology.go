@@ -531,33 +531,25 @@ const ensureConcurrency = 8
 // stream after another, 5 s each, and served nothing for up to 57 s.
 func (e *Ensurer) steps(steps []ensureStep) error {
 	errs := make([]error, len(steps))
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		sem = make(chan struct{}, ensureConcurrency)
-	)
-	var todo []int
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, ensureConcurrency)
 	for i, st := range steps {
-		if !e.done[st.name] {
-			todo = append(todo, i)
+		if e.done[st.name] {
+			continue
 		}
-	}
-	for _, i := range todo {
-		st := steps[i]
-		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if errs[i] = st.f(); errs[i] == nil {
-				mu.Lock()
-				e.done[st.name] = true
-				mu.Unlock()
-			}
-		}()
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = st.f()
+		})
 	}
 	wg.Wait()
 	var first error
-	for _, err := range errs {
+	for i, err := range errs {
+		if err == nil {
+			e.done[steps[i].name] = true
+			continue
+		}
 		if errors.Is(err, ErrFewerReplicas) || errors.Is(err, ErrPermanent) {
 			return err
 		}
