@@ -16,6 +16,11 @@ type Event struct {
 	Priority    int    `json:"priority"`
 	Run         int    `json:"run"`
 	Reason      string `json:"reason,omitempty"`
+	// AtMS is when the handler started ("started"), as the adapter's
+	// clock read it: Unix milliseconds with a fraction. It tells a start
+	// before a SIGSTOP whose event was still buffered from one after the
+	// SIGCONT.
+	AtMS float64 `json:"at_ms,omitempty"`
 	// Step names the durable step whose fn ran ("step_ran") or after
 	// which the handler blocks ("blocked").
 	Step string `json:"step,omitempty"`

@@ -104,6 +104,10 @@ type fleet struct {
 	ended    map[string]bool
 	killed   map[string]bool // executor ids killed with SIGKILL
 	contAt   map[string]int  // stopped executor id → len(starts) at its SIGCONT
+	// stoppedAt is when each stopped executor's every thread was seen
+	// stopped (Unix ms): a handler that read its clock before then
+	// started before the SIGSTOP.
+	stoppedAt map[string]float64
 	faultLog []string
 	// faultAt is when each fault is due (tasks ended); faultsDone counts
 	// those done.
@@ -114,7 +118,7 @@ type fleet struct {
 func newFleet(t *testing.T, n int) *fleet {
 	f := &fleet{t: t, n: n, capability: "fleet", ackWait: 6 * time.Second, index: map[string]int{},
 		changed: make(chan struct{}), running: map[string]map[string]bool{}, hist: map[string][]task.HistoryEntry{},
-		ended: map[string]bool{}, killed: map[string]bool{}, contAt: map[string]int{},
+		ended: map[string]bool{}, killed: map[string]bool{}, contAt: map[string]int{}, stoppedAt: map[string]float64{},
 		ads: map[string]adapter{"go": newAdapter(t, "go"), "ts": newAdapter(t, "ts")}}
 	for i := range n {
 		ft := fleetTask{id: fmt.Sprintf("fleet-%05d", i), kind: "succeed"}
@@ -296,6 +300,12 @@ func (f *fleet) stop(ctx context.Context, x *fleetExec) {
 	if err := x.p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		f.t.Fatalf("SIGSTOP %s: %v", x.id, err)
 	}
+	if err := awaitStopped(ctx, x.p.cmd.Process.Pid); err != nil {
+		f.t.Fatalf("SIGSTOP %s: %v", x.id, err)
+	}
+	f.mu.Lock()
+	f.stoppedAt[x.id] = float64(time.Now().UnixNano()) / 1e6
+	f.mu.Unlock()
 	f.logf("SIGSTOP %s (running %d sleep tasks)", x.id, len(running))
 	wctx, cancel := context.WithTimeout(ctx, 4*f.ackWait)
 	err := f.waitFor(wctx, func() bool {
@@ -318,6 +328,42 @@ func (f *fleet) stop(ctx context.Context, x *fleetExec) {
 		took = "no takeover seen within " + (4 * f.ackWait).String()
 	}
 	f.logf("SIGCONT %s (%s)", x.id, took)
+}
+
+// awaitStopped waits until every thread of process pid is stopped: a
+// signal is delivered to a running thread some time after kill(2)
+// returns.
+func awaitStopped(ctx context.Context, pid int) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		threads, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return fmt.Errorf("reading its threads: %w", err)
+		}
+		stopped := len(threads) > 0
+		for _, th := range threads {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, th.Name()))
+			if err != nil {
+				stopped = false // a thread that exited meanwhile: look again
+				break
+			}
+			// The state follows the command name, which is in parentheses.
+			rest := stat[strings.LastIndexByte(string(stat), ')')+1:]
+			if f := strings.Fields(string(rest)); len(f) == 0 || (f[0] != "T" && f[0] != "t") {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for its threads to stop: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
 }
 
 // fault is one fault of the run, done once that share of the tasks ended.
@@ -537,10 +583,12 @@ func (f *fleet) check(ctx context.Context, elapsed time.Duration) {
 	// A start is excused (its run may have been lost, or run on, while
 	// another ran the attempt again) when its executor was killed later
 	// (every start of a killed incarnation came before its death), or
-	// stopped and either the start came before its SIGCONT or the history
-	// shows the attempt taken over from it (it held the attempt, claimed,
-	// when it was stopped: its start may reach the suite only after the
-	// SIGCONT — a publish still buffered — or the handler start then).
+	// stopped and either the start came before its SIGCONT, or the
+	// handler's own clock puts it before the SIGSTOP (its event was still
+	// buffered), or the history shows the attempt taken over from it (it
+	// held the attempt, claimed, when it was stopped: the handler may
+	// start only after the SIGCONT). A dispatch it held, unstarted, while
+	// stopped is not excused: it must be left to its redelivery.
 	excused := func(i int) (string, bool) {
 		ev := f.starts[i]
 		if f.killed[ev.Executor] {
@@ -552,6 +600,8 @@ func (f *fleet) check(ctx context.Context, elapsed time.Duration) {
 			return "", false
 		case i < cont:
 			return "SIGSTOP", true
+		case ev.AtMS > 0 && ev.AtMS <= f.stoppedAt[ev.Executor]:
+			return "SIGSTOP (started before it)", true
 		case takenOverFrom(f.hist[ev.ID], ev.Attempt, ev.Executor):
 			return "SIGSTOP (held it claimed)", true
 		}

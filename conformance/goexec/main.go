@@ -158,13 +158,15 @@ func runExecutor(ctx context.Context) error {
 		_ = nc.Publish("conformance.events."+capability, data)
 	}
 	behave := func(ctx context.Context, job *executor.Job) (any, error) {
+		at := float64(time.Now().UnixNano()) / 1e6
 		mu.Lock()
 		runs[job.ID]++
 		run := runs[job.ID]
 		mu.Unlock()
 		ev := event{ID: job.ID, Attempt: job.Attempt, ExecutionID: job.ExecutionID, Executor: id, Priority: job.Priority, Run: run}
-		ev.Event = "started"
+		ev.Event, ev.AtMS = "started", at
 		emit(ev)
+		ev.AtMS = 0
 		var b behaviour
 		if err := json.Unmarshal(job.Payload, &b); err != nil || len(b.Steps) == 0 {
 			return nil, executor.Permanent(fmt.Errorf("payload is no behaviour: %v", err))

@@ -85,10 +85,11 @@ async function runExecutor(): Promise<void> {
   const runs = new Map<string, number>();
   const emit = (ev: Record<string, unknown>) => nc.publish(`conformance.events.${capability}`, JSON.stringify(ev));
   const behave = async (job: Job<Behaviour>): Promise<unknown> => {
+    const at_ms = performance.timeOrigin + performance.now();
     const run = (runs.get(job.id) ?? 0) + 1;
     runs.set(job.id, run);
     const ev = { id: job.id, attempt: job.attempt, execution_id: job.executionID, executor: id, priority: job.priority, run };
-    emit({ event: "started", ...ev });
+    emit({ event: "started", ...ev, at_ms });
     const steps = job.payload?.steps;
     if (!Array.isArray(steps) || steps.length === 0) throw new PermanentError("payload is no behaviour");
     const s = steps[Math.min(run, steps.length) - 1] as Step;
