@@ -96,19 +96,19 @@ type fleet struct {
 	execs      []*fleetExec
 	ads        map[string]adapter
 
-	mu       sync.Mutex
-	changed  chan struct{}
-	starts   []event                    // the handlers' started events, in arrival order
-	running  map[string]map[string]bool // executor id → its sleep tasks running now
-	hist     map[string][]task.HistoryEntry
-	ended    map[string]bool
-	killed   map[string]bool // executor ids killed with SIGKILL
-	contAt   map[string]int  // stopped executor id → len(starts) at its SIGCONT
+	mu      sync.Mutex
+	changed chan struct{}
+	starts  []event                    // the handlers' started events, in arrival order
+	running map[string]map[string]bool // executor id → its sleep tasks running now
+	hist    map[string][]task.HistoryEntry
+	ended   map[string]bool
+	killed  map[string]bool // executor ids killed with SIGKILL
+	contAt  map[string]int  // stopped executor id → len(starts) at its SIGCONT
 	// stoppedAt is when each stopped executor's every thread was seen
 	// stopped (Unix ms): a handler that read its clock before then
 	// started before the SIGSTOP.
 	stoppedAt map[string]float64
-	faultLog []string
+	faultLog  []string
 	// faultAt is when each fault is due (tasks ended); faultsDone counts
 	// those done.
 	faultAt    []int
