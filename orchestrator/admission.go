@@ -42,7 +42,7 @@ func (a fairAdmitter) Admit(ctx context.Context, tk *admission.Ticket) (admissio
 		return admission.Admit, nil
 	}
 	a.q.o.log.Debug("queued for its fairness key's turn", slog.String("task_id", tk.Task.ID))
-	if err := a.q.o.sweeps.add(ctx, tk.Task, a.q.o.instance, time.Time{}); err != nil {
+	if err := a.q.o.sweeps.add(ctx, tk.Task, a.q.o.instance, time.Time{}, nil); err != nil {
 		return admission.Queue, fmt.Errorf("sweep: %w", err)
 	}
 	return admission.Queue, nil

@@ -358,7 +358,7 @@ func (o *Orchestrator) dispatched(ctx context.Context, t task.Task, rev uint64, 
 	o.dispatchCache.add(dispatched{task: t, revision: rev})
 	o.bells.ring(t.Capability, t.PriorityLevel())
 	if sweep {
-		if err := o.sweeps.add(ctx, t, "", time.Time{}); err != nil {
+		if err := o.sweeps.add(ctx, t, "", time.Time{}, o.sweepMemo.dispatched(t.ExecutionID)); err != nil {
 			return fmt.Errorf("dispatch %s: sweep: %w", t.ID, err)
 		}
 	}

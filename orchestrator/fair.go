@@ -437,7 +437,7 @@ func (o *Orchestrator) fairTakeOver(ctx context.Context, t task.Task, owner stri
 // for its fairness key's turn, which asks the owner again: an entry in a
 // sweep naming owner, so that the task is found at once should owner go.
 func (o *Orchestrator) armFairWatch(ctx context.Context, t task.Task, owner string) error {
-	return o.sweeps.add(ctx, t, owner, o.watchTime(t))
+	return o.sweeps.add(ctx, t, owner, o.watchTime(t), nil)
 }
 
 // drain dispatches every queued task at the orchestrator's stop and

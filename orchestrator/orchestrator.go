@@ -81,8 +81,10 @@ type Orchestrator struct {
 	setupDone map[string]bool
 	// bells rings the doorbells of the levels dispatched on (bell.go).
 	bells *bells
-	// sweeps batches the reconciler's looks at dispatched tasks.
-	sweeps *sweepBatcher
+	// sweeps batches the reconciler's looks at dispatched tasks;
+	// sweepMemo spares them the tasks whose end was written here.
+	sweeps    *sweepBatcher
+	sweepMemo *sweepMemo
 	// levels remembers ready levels recently found holding dispatches.
 	levels busyLevels
 	// oldest feeds ax_reconciler_oldest_unfinished_seconds.
@@ -154,7 +156,7 @@ func New(nc *nats.Conn, cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: jetstream: %w", err)
 	}
-	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), batchItems: make(chan struct{}, directBatchItems), dispatchCache: newDispatchCache(c.DispatchCacheBytes), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
+	o := &Orchestrator{cfg: c, nc: nc, js: js, bells: newBells(nc), batchItems: make(chan struct{}, directBatchItems), dispatchCache: newDispatchCache(c.DispatchCacheBytes), sweepMemo: newSweepMemo(c.ReconcileInterval), buckets: newObjectBuckets(), gate: newGate(c.Breaker), obs: newObserver(c.Metrics),
 		log: c.Logger.With(slog.String("node", c.NodeID)), limits: newKeyLimits(c.KeyLimits), instance: nuid.Next()}
 	o.gate.limits = o.limits
 	o.admission = admission.Chain{keyAdmitter{o}}

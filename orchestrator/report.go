@@ -131,6 +131,9 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 		}
 		newRev, err := o.write(ctx, t, rev, &next, reason)
 		if err == nil {
+			if next.State.Terminal() {
+				o.sweepMemo.ended(r.ExecutionID)
+			}
 			if countsForBreaker(r.Status) && !o.adaptiveAbsorbs(t, r) {
 				o.recordOutcome(ctx, t.Type, r.Status == task.OutcomeSucceeded)
 			}

@@ -32,6 +32,10 @@ import (
 // A dispatch's handler returns only once its sweep entry is stored, so the
 // message that caused the dispatch is acknowledged after it, as with a
 // per-task watch.
+//
+// The orchestrator that stored a sweep skips, when it fires there, the
+// tasks whose end it wrote itself (sweepMemo): a long run's sweeps then
+// read only the tasks that did not end, or ended elsewhere.
 
 // sweepMax bounds the tasks in one sweep timer (its message stays small).
 const sweepMax = 500
@@ -59,7 +63,10 @@ type sweepReq struct {
 	e sweepEntry
 	// at is when the entry's look is due (zero: ReconcileInterval after
 	// its timer is stored).
-	at   time.Time
+	at time.Time
+	// slot, when set, is marked if the entry's execution ends here
+	// (sweepMemo).
+	slot *sweepSlot
 	done chan error
 }
 
@@ -71,14 +78,14 @@ func newSweepBatcher(o *Orchestrator) *sweepBatcher {
 // queued for fairness, or "") and returns once it is stored. The look is
 // due at (zero: ReconcileInterval from now). After the batcher stopped it
 // arms a per-task watch instead.
-func (b *sweepBatcher) add(ctx context.Context, t task.Task, owner string, at time.Time) error {
+func (b *sweepBatcher) add(ctx context.Context, t task.Task, owner string, at time.Time, slot *sweepSlot) error {
 	done := make(chan error, 1)
 	b.mu.Lock()
 	if b.stopped {
 		b.mu.Unlock()
 		return b.o.armTimer(ctx, subject.TimerWatch, timerFire{ID: t.ID, At: b.o.watchTime(t), ExecutionID: t.ExecutionID, Owner: owner})
 	}
-	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID, Owner: owner}, at: at, done: done})
+	b.pending = append(b.pending, sweepReq{e: sweepEntry{ID: t.ID, ExecutionID: t.ExecutionID, Owner: owner}, at: at, slot: slot, done: done})
 	b.mu.Unlock()
 	select {
 	case b.kick <- struct{}{}:
@@ -153,14 +160,19 @@ func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) {
 	}
 	for g, reqs := range groups {
 		entries := make([]sweepEntry, len(reqs))
+		slots := make([]*sweepSlot, len(reqs))
+		execs := make([]string, len(reqs))
 		for i, r := range reqs {
-			entries[i] = r.e
+			entries[i], slots[i], execs[i] = r.e, r.slot, r.e.ExecutionID
 		}
 		id := nuid.Next()
 		if g.owner != "" {
 			id = subject.OwnedSweep(g.owner, id)
 		}
 		err := o.armTimer(ctx, subject.TimerSweep, timerFire{ID: id, At: g.at, Tasks: entries})
+		if err == nil {
+			o.sweepMemo.stored(id, g.at, slots, execs, now)
+		}
 		for _, r := range reqs {
 			r.done <- err
 		}
@@ -181,7 +193,11 @@ func (o *Orchestrator) fireSweep(ctx context.Context, f timerFire) error {
 	var failed atomic.Int32
 	var g errgroup.Group
 	g.SetLimit(sweepWorkers)
-	for _, e := range f.Tasks {
+	ended := o.sweepMemo.fired(f.ID, len(f.Tasks))
+	for i, e := range f.Tasks {
+		if ended != nil && ended[i] != nil && ended[i].ended.Load() {
+			continue // its end was written here: the read would find it
+		}
 		g.Go(func() error {
 			err := o.sweepLook(ctx, f, e)
 			if err != nil && failed.Add(1) >= sweepFailures {

@@ -64,6 +64,9 @@ type Config struct {
 	KillOrchestrator time.Duration
 	// GroupCommit turns group commit on (orchestrator.TopologyOptions).
 	GroupCommit bool
+	// DispatchCacheBytes bounds each orchestrator's dispatch cache
+	// (orchestrator.Config); 0 keeps its default.
+	DispatchCacheBytes int64
 	// Delayed tasks (run_at 2s after submission) are mixed into the steady
 	// phase; their lateness (handler start − run_at) is measured.
 	Delayed int
@@ -434,7 +437,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		topo.Replicas = 3
 	}
 	st, err := startStack(ctx, stackConfig{url: url, opts: cfg.NATSOptions, topo: topo, capacity: cfg.Capacity,
-		orchestrators: max(cfg.Orchestrators, 1), log: log, register: func(ex *executor.Executor) {
+		orchestrators: max(cfg.Orchestrators, 1), log: log,
+		orch: func(c *orchestrator.Config) { c.DispatchCacheBytes = cfg.DispatchCacheBytes },
+		register: func(ex *executor.Executor) {
 			ex.HandleFunc(TypeBench, func(_ context.Context, j *executor.Job) (any, error) {
 				var p payload
 				if json.Unmarshal(j.Payload, &p) == nil && p.SubmitNanos > 0 {

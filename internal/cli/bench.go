@@ -216,6 +216,7 @@ on a fresh embedded server:
 	f.BoolVar(&cfg.Cluster, "cluster", false, "run three clustered embedded servers and R3 streams (with --sync-always: every node fsyncs every write)")
 	f.IntVar(&cfg.Orchestrators, "orchestrators", 1, "orchestrators to run, each on its own connection, sharing the work as that many `ax orchestrator` processes (with --cluster: spread over the servers)")
 	f.DurationVar(&cfg.KillOrchestrator, "kill-orchestrator", 0, "with --orchestrators 2 or more: kill the last one this long into the steady phase (its connection closed at once, as by kill -9) and report how long its tasks waited for the others to take them over (0: none)")
+	f.Var(mibFlag{&cfg.DispatchCacheBytes}, "dispatch-cache-mib", "each orchestrator's dispatch cache, as `ax orchestrator --dispatch-cache-mib` (default 64)")
 	f.BoolVar(&embedded, "embedded", true, "use an embedded server (false: the --nats server)")
 	f.IntVar(&cfg.Backlog, "backlog", 0, "backlog probe: submit this many p5 tasks at once, then a p0, and report the p0's submit→start (0 skips it)")
 	f.IntVar(&cfg.Loop, "loop", 0, "jobs for the minimal durable job loop on the same server (stream AX_BENCH_LOOP, removed after): what JetStream allows a durable, fenced job with no orchestrator, in the same storage mode (0 skips it)")

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,6 +89,7 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.Float64Var(&cfg.Retry.Factor, "retry-factor", orchestrator.DefaultRetryFactor, "backoff multiplier per retry")
 	f.DurationVar(&cfg.Retry.Max, "retry-max", orchestrator.DefaultRetryMax, "largest backoff delay before jitter")
 	f.IntVar(&cfg.Topology.Replicas, "replicas", 0, "stream replicas, e.g. 3 on a NATS cluster (0 keeps the streams' count, 1 for new ones; lowering it is refused: use `ax topology --replicas N`)")
+	f.Var(mibFlag{&cfg.DispatchCacheBytes}, "dispatch-cache-mib", "memory (MiB) for the recent dispatches kept so a report is applied without reading its task back; a report whose dispatch fell out costs a record read, as under a backlog of more queued tasks than fit (default 64, about 60,000 small records)")
 	f.Uint64Var(&cfg.MaxDeliveries, "max-deliveries", orchestrator.DefaultMaxDeliveries, "deliveries of a message that keeps failing before it is kept as poison (ax poison)")
 	groupCommitFlag(f, &cfg.Topology.GroupCommit)
 	readyFlags(f)
@@ -108,6 +111,27 @@ func addOrchestratorFlags(cmd *cobra.Command, cfg *orchestrator.Config) {
 	f.IntVar(&cfg.Breaker.Probes, "breaker-probes", orchestrator.DefaultBreakerProbes, "tasks let through while half-open")
 	f.DurationVar(&cfg.Breaker.ProbeTimeout, "breaker-probe-timeout", orchestrator.DefaultBreakerProbeTimeout, "how long a half-open breaker waits for its probes' outcomes before letting a fresh set through")
 }
+
+// mibFlag sets a byte count given in MiB (0 or unset: the default).
+type mibFlag struct{ bytes *int64 }
+
+func (f mibFlag) String() string {
+	if f.bytes == nil || *f.bytes == 0 {
+		return ""
+	}
+	return strconv.FormatInt(*f.bytes>>20, 10)
+}
+
+func (f mibFlag) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > 1<<20 {
+		return fmt.Errorf("want a whole number of MiB from 0 to 1048576, not %q", s)
+	}
+	*f.bytes = n << 20
+	return nil
+}
+
+func (mibFlag) Type() string { return "MiB" }
 
 // stopGrace is how long a stopping orchestrator (and the mirror it runs)
 // may take to finish the messages in hand.
