@@ -90,6 +90,10 @@ type session struct {
 	hardStopFn context.CancelFunc
 	pullers    sync.WaitGroup
 	runs       sync.WaitGroup
+	// live ends when Stop begins; resends are the stored reports being
+	// sent directly again meanwhile (resendStored).
+	live    context.Context
+	resends sync.WaitGroup
 	// revocations follows the executions the orchestrators revoked
 	// (revoked.go).
 	revocations revocations
@@ -220,7 +224,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	s.hardStop, s.hardStopFn = context.WithCancel(context.WithoutCancel(ctx))
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopPulling = cancel
+	s.stopPulling, s.live = cancel, runCtx
 	for _, p := range pullers {
 		s.pullers.Add(1)
 		go func() {
@@ -312,6 +316,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	go func() {
 		s.pullers.Wait()
 		s.runs.Wait()
+		s.resends.Wait() // they end with live
 		close(done)
 	}()
 	var err error

@@ -288,10 +288,14 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	// Counted before the report is stored, so the count never trails the
 	// task's end as its producer sees it.
 	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
-	if err := e.report(s.hardStop, r, dispatcher); err != nil {
+	stored, err := e.report(s.hardStop, r, dispatcher)
+	if err != nil {
 		log().Warn("report not published; handing the task back", "error", err)
 		ex.giveBack()
 		return
+	}
+	if stored {
+		e.resendStored(s, r, dispatcher)
 	}
 	if ex.abandoned.Load() {
 		// Stop gave up and handed the task back while this report was
@@ -504,25 +508,21 @@ var errRunningElsewhere = errors.New("task is running elsewhere")
 // memory; when it is gone, any), or else
 // stored on task.completed.<type>, retrying through NATS outages (the lease
 // is kept meanwhile) until it is stored or the executor is stopped for
-// good.
-func (e *Executor) report(hardStop context.Context, r task.Report, dispatcher string) error {
+// good. It reports whether the report was stored.
+func (e *Executor) report(hardStop context.Context, r task.Report, dispatcher string) (stored bool, err error) {
 	data, err := wirejson.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("encode report: %w", err)
+		return false, fmt.Errorf("encode report: %w", err)
 	}
-	var node string
-	if dispatcher != "" {
-		node = subject.NodeToken(dispatcher)
-	}
-	if e.reports.SendTo(hardStop, node, subject.Completed(r.Type), data) {
-		return nil
+	if e.reports.SendTo(hardStop, dispatcherNode(dispatcher), subject.Completed(r.Type), data) {
+		return false, nil
 	}
 	e.log.Debug("direct report not applied; storing it", "task_id", r.ID)
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
-	return backoff.Retry(func() error {
+	return true, backoff.Retry(func() error {
 		if hardStop.Err() != nil {
 			return backoff.Permanent(hardStop.Err())
 		}
@@ -532,6 +532,56 @@ func (e *Executor) report(hardStop context.Context, r task.Report, dispatcher st
 			jetstream.WithMsgID("report-"+r.ExecutionID+"-"+e.cfg.ID))
 		return err
 	}, backoff.WithContext(bo, hardStop)) // a stop for good ends the wait between tries too
+}
+
+func dispatcherNode(dispatcher string) string {
+	if dispatcher == "" {
+		return ""
+	}
+	return subject.NodeToken(dispatcher)
+}
+
+// Resending stored reports. A report is stored when no orchestrator applied
+// it directly: they were gone, or could not write its task (AX_TASKS
+// without a leader). The orchestrators then apply it from their
+// ax-orchestrator-completed consumer, which may itself be without a leader
+// for an election or longer once AX_TASKS is back (a chaos run's longest
+// stall, 14 s). So the executor also sends it directly again, every
+// resendEvery for resendFor, until an orchestrator answers that it applied
+// it. Applying a report twice is harmless (the second finds the attempt
+// ended), as when a direct answer is lost.
+const (
+	resendEvery = 2 * time.Second
+	resendFor   = 30 * time.Second
+)
+
+// resendStored sends a stored report directly again (above), in the
+// background, until applied, resendFor passed or the session stops.
+func (e *Executor) resendStored(s *session, r task.Report, dispatcher string) {
+	data, err := wirejson.Marshal(r)
+	if err != nil {
+		return // report encoded it before
+	}
+	s.resends.Add(1)
+	go func() {
+		defer s.resends.Done()
+		tick := time.NewTicker(resendEvery)
+		defer tick.Stop()
+		for range resendFor / resendEvery {
+			select {
+			case <-s.live.Done():
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(s.live, resendEvery)
+			applied := e.reports.SendTo(ctx, dispatcherNode(dispatcher), subject.Completed(r.Type), data)
+			cancel()
+			if applied {
+				e.log.Debug("stored report applied directly", "task_id", r.ID, "execution_id", r.ExecutionID)
+				return
+			}
+		}
+	}()
 }
 
 // track records a running execution in its session; it returns false

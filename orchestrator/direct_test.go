@@ -143,6 +143,69 @@ func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
 	}
 }
 
+// A report that had to be stored (its orchestrator could not write the
+// task) is also sent directly again by its executor, and applied once the
+// task can be written, while the orchestrators' consumer of stored reports
+// delivers nothing (paused here; in a cluster, without a leader).
+func TestStoredReportResentDirectly(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return "resent", nil
+	})
+	testenv.Start(t, ex)
+	c := testenv.Client(t, srv.URL())
+	js, _ := jetstream.New(c.Conn())
+	ctx := testenv.Context(t, 2*time.Minute)
+	if _, err := c.Submit(ctx, newSpec("resent-report", "held")); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	// AX_TASKS refuses writes: the direct report is not applied, and stored.
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := tasks.CachedInfo().Config
+	full := orig
+	full.MaxBytes, full.Discard = int64(tasks.CachedInfo().State.Bytes), jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PauseConsumer(ctx, subject.StreamCompleted, subject.ConsumerCompleted, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	testenv.Eventually(t, time.Minute, "the report stored", func() bool { return storedReports(t, js) == 1 })
+	if _, err := js.UpdateStream(ctx, orig); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Wait(ctx, "resent-report")
+	if err != nil || got.State != task.Succeeded || string(got.Result) != `"resent"` {
+		t.Fatalf("resent-report: %+v %v; want succeeded with its report's result", got, err)
+	}
+	cons, err := js.Consumer(ctx, subject.StreamCompleted, subject.ConsumerCompleted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := cons.CachedInfo(); !info.Paused || info.Delivered.Consumer != 0 {
+		t.Fatalf("the stored reports' consumer delivered %d (paused %v): the report was not applied by its resend",
+			info.Delivered.Consumer, info.Paused)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times; want once", n)
+	}
+}
+
 // Hostile direct requests get an answer and change nothing: garbage
 // bodies, a subject that stands for no stored subject, a graph that is not
 // one. A malformed submission is rejected (recorded, as from the stream);

@@ -377,6 +377,8 @@ export class Executor {
   private readonly running = new Map<string, Execution>();
   private readonly revoked = new Set<string>();
   private readonly runs = new Set<Promise<void>>();
+  /** Stored reports being sent directly again (resendStored); they end when pulling stops. */
+  private readonly resends = new Set<Promise<void>>();
   private readonly passedTypes = new Set<string>();
   private readonly objects: Objects;
   private readonly reports: Batcher;
@@ -520,6 +522,7 @@ export class Executor {
       this.running.clear();
       this.hardStop.abort();
     }
+    await Promise.allSettled([...this.resends]);
     for (const w of this.watchers) w.stop();
     this.watchers = [];
     await this.announcer?.stop();
@@ -1226,22 +1229,14 @@ export class Executor {
   private async report(r: Report, dispatcher: string): Promise<void> {
     const body = JSON.stringify(r);
     const stored = subj.completed(r.type);
-    if (dispatcher && Date.now() >= this.directToPausedUntil) {
-      const res = await this.reports.send(subj.directTo(subj.nodeToken(dispatcher), "batch." + stored), body);
-      if (res === "applied") return;
-      if (res === "timeout") this.directToPausedUntil = Date.now() + 5 * 60_000;
-    }
-    if (Date.now() >= this.directPausedUntil) {
-      const res = await this.reports.send(subj.directBatch(stored), body);
-      if (res === "applied") return;
-      if (res === "timeout") this.directPausedUntil = Date.now() + 30_000;
-    }
+    if (await this.sendDirect(stored, body, dispatcher)) return;
     const data = utf8(body);
     let wait = 50;
     for (;;) {
       if (this.hardStop.signal.aborted) throw new Error("executor stopped");
       try {
         await this.js.publish(stored, data, { msgID: `report-${r.execution_id}-${this.cfg.id}`, timeout: 5000 });
+        this.resendStored(r, stored, body, dispatcher);
         return;
       } catch (e) {
         this.log("debug", "report not stored yet; retrying", { task_id: r.id, error: String(e) });
@@ -1249,6 +1244,51 @@ export class Executor {
       await sleep(wait, this.hardStop.signal);
       wait = Math.min(wait * 2, 2000);
     }
+  }
+
+  /**
+   * Sends a report directly: to the orchestrator that dispatched its
+   * attempt, else to any. Resolves whether one applied it.
+   */
+  private async sendDirect(stored: string, body: string, dispatcher: string): Promise<boolean> {
+    if (dispatcher && Date.now() >= this.directToPausedUntil) {
+      const res = await this.reports.send(subj.directTo(subj.nodeToken(dispatcher), "batch." + stored), body);
+      if (res === "applied") return true;
+      if (res === "timeout") this.directToPausedUntil = Date.now() + 5 * 60_000;
+    }
+    if (Date.now() >= this.directPausedUntil) {
+      const res = await this.reports.send(subj.directBatch(stored), body);
+      if (res === "applied") return true;
+      if (res === "timeout") this.directPausedUntil = Date.now() + 30_000;
+    }
+    return false;
+  }
+
+  /**
+   * A stored report is also sent directly again, every 2 s for 30 s, until
+   * an orchestrator applies it (executor/run.go's resendStored): the
+   * orchestrators' consumer of stored reports may be without a leader for
+   * a while after the store is back. Applying it twice is harmless.
+   */
+  private resendStored(r: Report, stored: string, body: string, dispatcher: string): void {
+    const stop = this.stopPulling?.signal;
+    if (!stop || stop.aborted) return;
+    const p = (async () => {
+      for (let i = 0; i < RESEND_FOR_MS / RESEND_EVERY_MS; i++) {
+        await sleep(RESEND_EVERY_MS, stop);
+        if (stop.aborted) return;
+        try {
+          if (await this.sendDirect(stored, body, dispatcher)) {
+            this.log("debug", "stored report applied directly", { task_id: r.id, execution_id: r.execution_id });
+            return;
+          }
+        } catch {
+          // the connection closing: the stored report stays
+        }
+      }
+    })();
+    this.resends.add(p);
+    void p.finally(() => this.resends.delete(p));
   }
 
   /** Announces the executor in the workers registry (AX_WORKERS) until stopped. */
@@ -1396,6 +1436,10 @@ const LEVEL_LIST: number[] = Array.from({ length: subj.LEVELS }, (_, i) => i);
 function sum(a: number[]): number {
   return a.reduce((x, y) => x + y, 0);
 }
+
+/** How often, and how long, a stored report is sent directly again (resendStored). */
+const RESEND_EVERY_MS = 2000;
+const RESEND_FOR_MS = 30_000;
 
 /**
  * Whether a dispatch pulled at pulledAt and not started by now was held

@@ -11,6 +11,7 @@ import {
   type AttemptMetrics,
 } from "../src/index.js";
 import { Kvm } from "@nats-io/kv";
+import { DiscardPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { startAX, type AX } from "./ax.js";
 import { heldTooLong } from "../src/executor.js";
 import { Delivery, parseAck, type DeliveryInfo } from "../src/pull.js";
@@ -262,5 +263,55 @@ test("a stop that gives up hands the running task back; another executor takes i
     assert.equal(t.executor, next.id);
   } finally {
     await next.stop();
+  }
+});
+
+test("a stored report is sent directly again and applied while the stored reports' consumer delivers nothing", async () => {
+  // The Go executor's TestStoredReportResentDirectly, for this SDK: the
+  // orchestrator cannot write the task (AX_TASKS full), so the report is
+  // stored; the orchestrators' consumer of stored reports is paused (in a
+  // cluster: without a leader); once AX_TASKS takes writes again, the
+  // report's direct resend applies it.
+  const jsm = await jetstreamManager(client.nc, { checkAPI: false });
+  const rex = await Executor.connect({ servers: ax.url }, { capabilities: ["ts-resend"], announceIntervalMs: -1 });
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  let releaseHeld!: () => void;
+  const held = new Promise<void>((r) => (releaseHeld = r));
+  let runs = 0;
+  rex.handle("resend.held", async () => {
+    runs++;
+    started();
+    await held;
+    return "resent";
+  });
+  await rex.start(AbortSignal.timeout(30_000));
+  const tasks = (await jsm.streams.info("AX_TASKS")).config;
+  const storedBefore = (await jsm.streams.info("AX_COMPLETED")).state.messages;
+  try {
+    const id = await client.submit({ type: "resend.held", capability: "ts-resend" });
+    await running;
+    const now = await jsm.streams.info("AX_TASKS");
+    await jsm.streams.update("AX_TASKS", { max_bytes: now.state.bytes, discard: DiscardPolicy.New });
+    await jsm.consumers.pause("AX_COMPLETED", "ax-orchestrator-completed", new Date(Date.now() + 3_600_000));
+    const delivered = (await jsm.consumers.info("AX_COMPLETED", "ax-orchestrator-completed")).delivered.consumer_seq;
+    releaseHeld();
+    for (let i = 0; i < 600 && (await jsm.streams.info("AX_COMPLETED")).state.messages === storedBefore; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal((await jsm.streams.info("AX_COMPLETED")).state.messages, storedBefore + 1, "the report stored");
+    await jsm.streams.update("AX_TASKS", { max_bytes: tasks.max_bytes, discard: tasks.discard });
+    const t = await client.wait(id, { timeoutMs: 60_000 });
+    assert.equal(t.state, "succeeded");
+    assert.equal(t.result, "resent");
+    const ci = await jsm.consumers.info("AX_COMPLETED", "ax-orchestrator-completed");
+    assert.equal(ci.paused, true);
+    assert.equal(ci.delivered.consumer_seq, delivered, "applied by the resend, not the consumer");
+    assert.equal(runs, 1);
+  } finally {
+    releaseHeld();
+    await jsm.streams.update("AX_TASKS", { max_bytes: tasks.max_bytes, discard: tasks.discard }).catch(() => undefined);
+    await jsm.consumers.resume("AX_COMPLETED", "ax-orchestrator-completed").catch(() => undefined);
+    await rex.stop();
   }
 });
