@@ -80,6 +80,22 @@ func TestDirectRequests(t *testing.T) {
 	}
 }
 
+// heldExecutor returns an executor (not started) whose "held" handler
+// closes started at its first run, waits for release to be closed and
+// returns result; runs counts its runs.
+func heldExecutor(t *testing.T, url, result string) (ex *executor.Executor, started, release chan struct{}, runs *atomic.Int32) {
+	started, release, runs = make(chan struct{}), make(chan struct{}), new(atomic.Int32)
+	ex = testenv.Executor(t, url, executor.Config{})
+	ex.HandleFunc("held", func(context.Context, *executor.Job) (any, error) {
+		if runs.Add(1) == 1 {
+			close(started)
+		}
+		<-release
+		return result, nil
+	})
+	return ex, started, release, runs
+}
+
 // When no orchestrator answers a direct report, the executor stores it on
 // task.completed.<type>, and it is applied once an orchestrator runs: the
 // task neither runs again nor stays ready.
@@ -93,16 +109,7 @@ func TestReportStoredWhenNoOrchestratorAnswers(t *testing.T) {
 	if err := o.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	started, release := make(chan struct{}), make(chan struct{})
-	var runs atomic.Int32
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
-		if runs.Add(1) == 1 {
-			close(started)
-		}
-		<-release
-		return "done while no orchestrator ran", nil
-	})
+	ex, started, release, runs := heldExecutor(t, srv.URL(), "done while no orchestrator ran")
 	ex.HandleFunc("ok", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
@@ -151,16 +158,7 @@ func TestStoredReportResentDirectly(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	started, release := make(chan struct{}), make(chan struct{})
-	var runs atomic.Int32
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
-	ex.HandleFunc("held", func(ctx context.Context, _ *executor.Job) (any, error) {
-		if runs.Add(1) == 1 {
-			close(started)
-		}
-		<-release
-		return "resent", nil
-	})
+	ex, started, release, runs := heldExecutor(t, srv.URL(), "resent")
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
 	js, _ := jetstream.New(c.Conn())
