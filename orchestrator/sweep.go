@@ -161,9 +161,8 @@ func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) {
 	for g, reqs := range groups {
 		entries := make([]sweepEntry, len(reqs))
 		slots := make([]*sweepSlot, len(reqs))
-		execs := make([]string, len(reqs))
 		for i, r := range reqs {
-			entries[i], slots[i], execs[i] = r.e, r.slot, r.e.ExecutionID
+			entries[i], slots[i] = r.e, r.slot
 		}
 		id := nuid.Next()
 		if g.owner != "" {
@@ -171,7 +170,7 @@ func (b *sweepBatcher) flush(ctx context.Context, batch []sweepReq) {
 		}
 		err := o.armTimer(ctx, subject.TimerSweep, timerFire{ID: id, At: g.at, Tasks: entries})
 		if err == nil {
-			o.sweepMemo.stored(id, g.at, slots, execs, now)
+			o.sweepMemo.stored(id, g.at, slots, now)
 		}
 		for _, r := range reqs {
 			r.done <- err

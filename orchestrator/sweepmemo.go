@@ -34,12 +34,14 @@ type sweepMemo struct {
 }
 
 // sweepSlot says whether its execution's end was written here.
-type sweepSlot struct{ ended atomic.Bool }
+type sweepSlot struct {
+	execution string
+	ended     atomic.Bool
+}
 
 type memoTimer struct {
 	at    time.Time
 	slots []*sweepSlot
-	execs []string
 }
 
 // maxSweepMemo bounds the executions the memo follows at once (about
@@ -65,7 +67,7 @@ func (m *sweepMemo) dispatched(executionID string) *sweepSlot {
 	if len(m.running) >= maxSweepMemo {
 		return nil
 	}
-	s := &sweepSlot{}
+	s := &sweepSlot{execution: executionID}
 	m.running[executionID] = s
 	return s
 }
@@ -86,7 +88,7 @@ func (m *sweepMemo) ended(executionID string) {
 
 // stored remembers the slots of a sweep timer's entries (nil where the
 // memo follows none), due at at.
-func (m *sweepMemo) stored(id string, at time.Time, slots []*sweepSlot, execs []string, now time.Time) {
+func (m *sweepMemo) stored(id string, at time.Time, slots []*sweepSlot, now time.Time) {
 	if m == nil {
 		return
 	}
@@ -95,7 +97,7 @@ func (m *sweepMemo) stored(id string, at time.Time, slots []*sweepSlot, execs []
 	m.prune(now)
 	for _, s := range slots {
 		if s != nil {
-			m.timers[id] = memoTimer{at: at, slots: slots, execs: execs}
+			m.timers[id] = memoTimer{at: at, slots: slots}
 			return
 		}
 	}
@@ -136,9 +138,9 @@ func (m *sweepMemo) prune(now time.Time) {
 
 func (m *sweepMemo) forget(id string, t memoTimer) {
 	delete(m.timers, id)
-	for i, e := range t.execs {
-		if s := t.slots[i]; s != nil && m.running[e] == s {
-			delete(m.running, e)
+	for _, s := range t.slots {
+		if s != nil && m.running[s.execution] == s {
+			delete(m.running, s.execution)
 		}
 	}
 }

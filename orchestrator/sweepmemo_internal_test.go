@@ -23,12 +23,12 @@ func TestSweepMemo(t *testing.T) {
 		t.Fatalf("slots %p %p, again %p", a, b, m.dispatched("ex-a"))
 	}
 	m.ended("ex-a") // before its timer is stored: the slot is marked all the same
-	m.stored("sweep-1", now.Add(time.Minute), []*sweepSlot{a, b, nil}, []string{"ex-a", "ex-b", "ex-c"}, now)
+	m.stored("sweep-1", now.Add(time.Minute), []*sweepSlot{a, b, nil}, now)
 	m.ended("ex-c") // not followed: nothing happens
 	if got := m.fired("sweep-1", 2); got != nil {
 		t.Fatalf("a timer of 3 entries fired with 2: %v, want nothing skipped", got)
 	}
-	m.stored("sweep-2", now.Add(time.Minute), []*sweepSlot{a, b, nil}, []string{"ex-a", "ex-b", "ex-c"}, now)
+	m.stored("sweep-2", now.Add(time.Minute), []*sweepSlot{a, b, nil}, now)
 	got := m.fired("sweep-2", 3)
 	if len(got) != 3 || !got[0].ended.Load() || got[1].ended.Load() || got[2] != nil {
 		t.Fatalf("fired: %v, want a ended, b not, c unknown", got)
@@ -39,8 +39,8 @@ func TestSweepMemo(t *testing.T) {
 
 	// A timer that fired elsewhere is forgotten once well past due.
 	c := m.dispatched("ex-d")
-	m.stored("sweep-3", now.Add(time.Minute), []*sweepSlot{c}, []string{"ex-d"}, now)
-	m.stored("sweep-4", now.Add(4*time.Minute), []*sweepSlot{m.dispatched("ex-e")}, []string{"ex-e"}, now.Add(3*time.Minute))
+	m.stored("sweep-3", now.Add(time.Minute), []*sweepSlot{c}, now)
+	m.stored("sweep-4", now.Add(4*time.Minute), []*sweepSlot{m.dispatched("ex-e")}, now.Add(3*time.Minute))
 	if _, ok := m.timers["sweep-3"]; ok || m.running["ex-d"] != nil {
 		t.Fatal("a timer two intervals past due is still followed")
 	}
@@ -60,7 +60,7 @@ func TestSweepMemo(t *testing.T) {
 		t.Fatal("a nil memo follows something")
 	}
 	none.ended("x")
-	none.stored("x", now, nil, nil, now)
+	none.stored("x", now, nil, now)
 }
 
 // A sweep firing on the orchestrator that wrote its tasks' ends reads none
