@@ -288,14 +288,10 @@ func (e *Executor) execute(s *session, msg jetstream.Msg, d task.Dispatch, dispa
 	// Counted before the report is stored, so the count never trails the
 	// task's end as its producer sees it.
 	e.metrics.AttemptFinished(AttemptMetrics{TaskType: t.Type, Outcome: string(r.Status), Duration: finished.Sub(*t.StartedAt)})
-	stored, err := e.report(s.hardStop, r, dispatcher)
-	if err != nil {
+	if err := e.report(s, r, dispatcher); err != nil {
 		log().Warn("report not published; handing the task back", "error", err)
 		ex.giveBack()
 		return
-	}
-	if stored {
-		e.resendStored(s, r, dispatcher)
 	}
 	if ex.abandoned.Load() {
 		// Stop gave up and handed the task back while this report was
@@ -508,30 +504,35 @@ var errRunningElsewhere = errors.New("task is running elsewhere")
 // memory; when it is gone, any), or else
 // stored on task.completed.<type>, retrying through NATS outages (the lease
 // is kept meanwhile) until it is stored or the executor is stopped for
-// good. It reports whether the report was stored.
-func (e *Executor) report(hardStop context.Context, r task.Report, dispatcher string) (stored bool, err error) {
+// good; a stored report is then sent directly again for a while
+// (resendStored).
+func (e *Executor) report(s *session, r task.Report, dispatcher string) error {
 	data, err := wirejson.Marshal(r)
 	if err != nil {
-		return false, fmt.Errorf("encode report: %w", err)
+		return fmt.Errorf("encode report: %w", err)
 	}
-	if e.reports.SendTo(hardStop, dispatcherNode(dispatcher), subject.Completed(r.Type), data) {
-		return false, nil
+	if e.reports.SendTo(s.hardStop, dispatcherNode(dispatcher), subject.Completed(r.Type), data) {
+		return nil
 	}
 	e.log.Debug("direct report not applied; storing it", "task_id", r.ID)
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 50 * time.Millisecond
 	bo.MaxInterval = 2 * time.Second
 	bo.MaxElapsedTime = 0
-	return true, backoff.Retry(func() error {
-		if hardStop.Err() != nil {
-			return backoff.Permanent(hardStop.Err())
+	err = backoff.Retry(func() error {
+		if s.hardStop.Err() != nil {
+			return backoff.Permanent(s.hardStop.Err())
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_, err := e.js.Publish(ctx, subject.Completed(r.Type), data,
 			jetstream.WithMsgID("report-"+r.ExecutionID+"-"+e.cfg.ID))
 		return err
-	}, backoff.WithContext(bo, hardStop)) // a stop for good ends the wait between tries too
+	}, backoff.WithContext(bo, s.hardStop)) // a stop for good ends the wait between tries too
+	if err == nil {
+		e.resendStored(s, r, dispatcher, data)
+	}
+	return err
 }
 
 func dispatcherNode(dispatcher string) string {
@@ -557,11 +558,7 @@ const (
 
 // resendStored sends a stored report directly again (above), in the
 // background, until applied, resendFor passed or the session stops.
-func (e *Executor) resendStored(s *session, r task.Report, dispatcher string) {
-	data, err := wirejson.Marshal(r)
-	if err != nil {
-		return // report encoded it before
-	}
+func (e *Executor) resendStored(s *session, r task.Report, dispatcher string, data []byte) {
 	s.resends.Add(1)
 	go func() {
 		defer s.resends.Done()
