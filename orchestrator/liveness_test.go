@@ -554,6 +554,48 @@ func TestStartWaitsOutJetStream(t *testing.T) {
 	}
 }
 
+// TestStartServesWhileTheTopologyLags: an orchestrator whose streams all
+// exist serves even when one of them cannot be brought to its
+// configuration (here AX_DLQ recreated in memory, a storage JetStream
+// will not change; in a cluster, a stream without a leader answers
+// nothing until it has one), and keeps trying that update in the
+// background. Before, Start waited on that stream for as long as it took.
+func TestStartServesWhileTheTopologyLags(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 60*time.Second)
+	var dlq jetstream.StreamConfig
+	for _, cfg := range topology.Streams(topology.Options{}) {
+		if cfg.Name == subject.StreamDLQ {
+			dlq = cfg
+		}
+	}
+	if err := js.DeleteStream(ctx, subject.StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	dlq.Storage = jetstream.MemoryStorage
+	if _, err := js.CreateStream(ctx, dlq); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{Logger: slog.New(zerolog.NewSlogHandler(zerolog.New(&logs)))})
+	if !strings.Contains(logs.String(), "serving before AX's topology is up to date") {
+		t.Fatalf("started without saying the topology lags; logs:\n%s", logs.String())
+	}
+	okExecutorStarted(t, srv.URL())
+	c := testenv.Client(t, srv.URL())
+	if _, err := c.Submit(ctx, newSpec("while-lagging", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "while-lagging"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("while-lagging: %s %v", got.State, err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the update tried again in the background", func() bool {
+		return strings.Contains(logs.String(), "cannot bring AX's topology up to date yet")
+	})
+}
+
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -22,7 +22,7 @@ import (
 
 // maxObjectBuckets bounds the capabilities whose object store an
 // orchestrator remembers having ensured. A capability dropped from the
-// set costs one create-or-update at its next dispatch.
+// set costs two lists of names at its next dispatch.
 const maxObjectBuckets = 4096
 
 // objectBucketRecheck is how long a capability's object store is taken to
@@ -72,14 +72,23 @@ func (b *objectBuckets) add(capability string, now time.Time) {
 // capability exist before a task of it is dispatched (a dispatch stored
 // before its level's consumer exists would not be delivered: consumers
 // deliver what is stored after their creation): nothing once this
-// orchestrator created or updated them (for objectBucketRecheck), a few
-// requests the first time.
+// orchestrator found or created them (for objectBucketRecheck), two lists
+// of names the first time, and a few requests more to create what is
+// missing.
 func (o *Orchestrator) ensureObjects(ctx context.Context, capability string) error {
 	if o.buckets.has(capability, o.now()) {
 		return nil
 	}
 	_, err, _ := o.buckets.ensuring.Do(capability, func() (any, error) {
 		if o.buckets.has(capability, o.now()) {
+			return nil, nil
+		}
+		// Known to exist (from two lists the meta leader answers): nothing
+		// to create, and nothing waits for the leaders of the store and the
+		// consumers, which an orchestrator restarted in an outage could not
+		// reach, failing the dispatches to its watch (deploy/README).
+		if ok, err := topology.CapabilityExists(ctx, o.js, o.tasks, capability); err == nil && ok {
+			o.buckets.add(capability, o.now())
 			return nil, nil
 		}
 		if err := topology.EnsureCapabilityObjects(ctx, o.js, o.cfg.Topology, capability); err != nil {

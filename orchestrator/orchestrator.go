@@ -76,9 +76,9 @@ type Orchestrator struct {
 	// reads sends the leader reads of the streams above (leaderget): one
 	// inbox for all of them.
 	reads *leaderget.Reader
-	// ensurer and setupDone are setup's progress across Start's tries.
-	ensurer   *topology.Ensurer
-	setupDone map[string]bool
+	// ensurer and setupSteps are setup's progress across Start's tries.
+	ensurer    *topology.Ensurer
+	setupSteps topology.Steps
 	// bells rings the doorbells of the levels dispatched on (bell.go).
 	bells *bells
 	// sweeps batches the reconciler's looks at dispatched tasks;
@@ -375,25 +375,17 @@ func (o *Orchestrator) bindLoop(ctx context.Context, l loop) (jetstream.Consumer
 // setup creates AX's topology and binds what the orchestrator uses,
 // including its consumers (so they exist when Start returns). Start calls
 // it again after an error (JetStream briefly unavailable): it resumes at
-// the step that failed, and never redoes one done (under faults, some of
+// the steps that failed, and never redoes one done (under faults, some of
 // its ~100 requests time out; started over each time, an orchestrator
 // restarted during a chaos run took 67 s to get through them all at once).
+// The steps of a wave run at once: each binds another stream, whose leader
+// may be the one missing; one after another, an orchestrator restarted in
+// a chaos run waited out each such stream in turn.
 func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 	if o.ensurer == nil {
 		o.ensurer = topology.NewEnsurer(o.js, o.cfg.Topology)
-		o.setupDone = make(map[string]bool)
 		o.reads = leaderget.New(o.js)
 		o.objects = object.New(o.js)
-	}
-	step := func(name string, f func() error) error {
-		if o.setupDone[name] {
-			return nil
-		}
-		if err := f(); err != nil {
-			return err
-		}
-		o.setupDone[name] = true
-		return nil
 	}
 	bindKV := func(bucket string, kv *jetstream.KeyValue) func() error {
 		return func() error {
@@ -415,51 +407,100 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 			return nil
 		}
 	}
-	steps := []struct {
-		name string
-		f    func() error
-	}{
-		{"topology", func() error { return o.ensurer.Ensure(ctx) }},
-		{"store", func() error { return o.bindStore(ctx) }},
-		{"fanin", func() (err error) { o.fanin, err = fanin.New(ctx, o.js); return err }},
-		{"edges", func() (err error) { o.edges, err = edges.New(ctx, o.js); return err }},
-		{"unique", func() (err error) { o.unique, err = unique.New(ctx, o.js); return err }},
-		{"types", func() (err error) {
-			if n := o.cfg.Limits.MaxTaskTypes; n > 0 && o.types == nil {
-				o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now)
-			}
-			return err
-		}},
-		{"tokens", func() (err error) { o.tokens, err = exectoken.Load(ctx, o.js); return err }},
-		{"timers", bind(subject.StreamTimers, &o.timers)},
-		{"tasks", func() error { return o.bindTasks(ctx) }},
-		{"leases", bind(subject.StreamLeases, &o.leases)},
-		{"held", bind(subject.StreamHeld, &o.held)},
-		{"events", bind(subject.StreamEvents, &o.events)},
-		{"retry slots", func() error { return o.bindRetrySlots(ctx) }},
-		{"control", bindKV(subject.BucketControl, &o.control)},
-		{"slots", bindKV(subject.BucketSlots, &o.slotsKV)},
-		{"revoked", func() (err error) {
-			if o.revoked, err = o.js.KeyValue(ctx, subject.BucketRevoked); err != nil {
-				return fmt.Errorf("bind %s: %w", subject.BucketRevoked, err)
-			}
-			return nil
-		}},
-		{"configured limits", func() error {
-			// Clients list the configured limits beside those set at run time.
-			data, _ := json.Marshal(task.ConfiguredLimits{Limits: o.cfg.KeyLimits, By: o.cfg.NodeID, At: o.now()})
-			if _, err := o.control.Put(ctx, subject.ControlConfiguredLimits, data); err != nil {
-				return fmt.Errorf("publish the configured key limits: %w", err)
-			}
-			return nil
-		}},
+	waves := [][]topology.Step{
+		{{Name: "topology", Run: func() error { return o.ensureTopology(ctx) }}},
+		{
+			{Name: "store", Run: func() error { return o.bindStore(ctx) }},
+			{Name: "fanin", Run: func() (err error) { o.fanin, err = fanin.New(ctx, o.js); return err }},
+			{Name: "edges", Run: func() (err error) { o.edges, err = edges.New(ctx, o.js); return err }},
+			{Name: "unique", Run: func() (err error) { o.unique, err = unique.New(ctx, o.js); return err }},
+			{Name: "types", Run: func() (err error) {
+				if n := o.cfg.Limits.MaxTaskTypes; n > 0 && o.types == nil {
+					o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now)
+				}
+				return err
+			}},
+			{Name: "tokens", Run: func() (err error) { o.tokens, err = exectoken.Load(ctx, o.js); return err }},
+			{Name: "timers", Run: bind(subject.StreamTimers, &o.timers)},
+			{Name: "leases", Run: bind(subject.StreamLeases, &o.leases)},
+			{Name: "held", Run: bind(subject.StreamHeld, &o.held)},
+			{Name: "events", Run: bind(subject.StreamEvents, &o.events)},
+			{Name: "retry slots", Run: func() error { return o.bindRetrySlots(ctx) }},
+			{Name: "control", Run: bindKV(subject.BucketControl, &o.control)},
+			{Name: "slots", Run: bindKV(subject.BucketSlots, &o.slotsKV)},
+			{Name: "revoked", Run: func() (err error) {
+				if o.revoked, err = o.js.KeyValue(ctx, subject.BucketRevoked); err != nil {
+					return fmt.Errorf("bind %s: %w", subject.BucketRevoked, err)
+				}
+				return nil
+			}},
+		},
+		{
+			{Name: "tasks", Run: func() error { return o.bindTasks(ctx) }}, // after store
+			{Name: "configured limits", Run: func() error { // after control
+				// Clients list the configured limits beside those set at run time.
+				data, _ := json.Marshal(task.ConfiguredLimits{Limits: o.cfg.KeyLimits, By: o.cfg.NodeID, At: o.now()})
+				if _, err := o.control.Put(ctx, subject.ControlConfiguredLimits, data); err != nil {
+					return fmt.Errorf("publish the configured key limits: %w", err)
+				}
+				return nil
+			}},
+		},
+		{{Name: "consumers", Run: func() error { o.bindLoops(ctx, loops); return nil }}},
 	}
-	for _, s := range steps {
-		if err := step(s.name, s.f); err != nil {
+	for _, wave := range waves {
+		if err := o.setupSteps.Run(wave, len(wave)); err != nil {
 			return err
 		}
 	}
-	return step("consumers", func() error { o.bindLoops(ctx, loops); return nil })
+	return nil
+}
+
+// topologyQuick bounds the wait for the topology's update at a start when
+// all of it exists already (ensureTopology).
+const topologyQuick = 5 * time.Second
+
+// ensureTopology creates AX's streams, buckets and object stores, or
+// brings them to this orchestrator's configuration, before it serves. When
+// all of them exist (one list of stream names, from the meta leader) and
+// their update takes longer than topologyQuick (under faults: a stream
+// without a leader answers nothing, and a restarted orchestrator waited a
+// minute for the dead-letter stream's while it served nothing), the
+// orchestrator serves at once and finishes the update in the background
+// (ensureTopologyLater). A refusal (ErrFewerReplicas) within the quick try
+// still stops the start. Anything missing is created first, however long
+// that takes.
+func (o *Orchestrator) ensureTopology(ctx context.Context) error {
+	if missing, err := o.ensurer.Missing(ctx); err != nil || len(missing) > 0 {
+		return o.ensurer.Ensure(ctx)
+	}
+	quick, cancel := context.WithTimeout(ctx, topologyQuick)
+	err := o.ensurer.Ensure(quick)
+	cancel()
+	if err == nil || errors.Is(err, topology.ErrFewerReplicas) || errors.Is(err, topology.ErrPermanent) || ctx.Err() != nil {
+		return err
+	}
+	o.log.Warn("serving before AX's topology is up to date: the rest is ensured in the background", slog.Any("error", err))
+	o.bg.Add(1)
+	go o.ensureTopologyLater(o.runCtx)
+	return nil
+}
+
+// ensureTopologyLater finishes the topology's update that ensureTopology
+// left to the background, trying again until it is done or the
+// orchestrator stops. A refusal is logged as an error and ends the tries:
+// the streams keep their configuration.
+func (o *Orchestrator) ensureTopologyLater(ctx context.Context) {
+	defer o.bg.Done()
+	err := topology.RetryUpTo(ctx, 5*time.Second, o.ensurer.Ensure, func(err error, wait time.Duration) {
+		o.log.Warn("cannot bring AX's topology up to date yet; retrying", slog.Any("error", err), slog.Duration("retry_in", wait))
+	})
+	switch {
+	case err == nil:
+		o.log.Info("AX's topology is up to date")
+	case ctx.Err() == nil:
+		o.log.Error("AX's topology was left as it is", slog.Any("error", err))
+	}
 }
 
 // bindLoops creates or updates the loops' consumers, all at once, so that
@@ -484,13 +525,20 @@ func (o *Orchestrator) bindLoops(ctx context.Context, loops []loop) {
 	wg.Wait()
 }
 
-// bindStore binds the task store, with group commit when AX_TASKS asks for it.
+// bindStore binds the task store, with group commit when this
+// orchestrator's configuration asks for it, or, when it does not say,
+// when AX_TASKS does (the topology's update, which records the
+// configuration's choice there, may still be going on: ensureTopology).
 func (o *Orchestrator) bindStore(ctx context.Context) error {
 	st, err := store.New(ctx, o.js)
 	if err != nil {
 		return err
 	}
-	if st.GroupCommit() {
+	on := st.GroupCommit()
+	if g := o.cfg.Topology.GroupCommit; g != nil {
+		on = *g
+	}
+	if on {
 		if o.cfg.defaultWorkers {
 			o.cfg.Workers = DefaultGroupCommitWorkers
 		}

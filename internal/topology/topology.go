@@ -11,12 +11,10 @@
 package topology
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -378,6 +376,37 @@ func ReadyConsumer(capability string, priority int, ackWait time.Duration) jetst
 	}
 }
 
+// CapabilityExists reports whether a capability's object store and its six
+// ready consumers all exist, from the lists of stream names and of
+// AX_TASKS's consumer names (tasks), which the cluster's meta leader
+// answers: unlike looking each up, no stream's or consumer's own leader,
+// which under faults may be missing for seconds, has to answer.
+func CapabilityExists(ctx context.Context, js jetstream.JetStream, tasks jetstream.Stream, capability string) (bool, error) {
+	found := false
+	names := js.StreamNames(ctx)
+	for name := range names.Name() {
+		found = found || name == "OBJ_"+subject.ObjectBucket(capability)
+	}
+	if err := names.Err(); err != nil {
+		return false, fmt.Errorf("list streams: %w", err)
+	}
+	if !found {
+		return false, nil
+	}
+	want := make(map[string]bool)
+	for p := range subject.Priorities {
+		want[subject.ReadyConsumer(capability, p)] = true
+	}
+	consumers := tasks.ConsumerNames(ctx)
+	for name := range consumers.Name() {
+		delete(want, name)
+	}
+	if err := consumers.Err(); err != nil {
+		return false, fmt.Errorf("list the consumers of %s: %w", subject.StreamTasks, err)
+	}
+	return len(want) == 0, nil
+}
+
 // EnsureReadyConsumers creates a capability's six ready consumers
 // (ReadyConsumer) that do not exist yet, and leaves those that do as they
 // are (their executors set their ack wait). The orchestrator calls it
@@ -454,30 +483,30 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) error {
 // Ensure's ~60 requests time out; started over each time, an orchestrator
 // restarted during a chaos run took 67 s to get through them all at once.
 type Ensurer struct {
-	js   jetstream.JetStream
-	o    Options
-	done map[string]bool
+	js    jetstream.JetStream
+	o     Options
+	steps Steps
 }
 
 // NewEnsurer returns an Ensurer of the topology o on js.
 func NewEnsurer(js jetstream.JetStream, o Options) *Ensurer {
-	return &Ensurer{js: js, o: o, done: make(map[string]bool)}
+	return &Ensurer{js: js, o: o}
 }
 
 // Ensure creates or updates what is not done yet (see the package's Ensure).
 // It is not safe for concurrent use.
 func (e *Ensurer) Ensure(ctx context.Context) error {
 	js, o := e.js, e.o
-	var streams []ensureStep
+	var streams []Step
 	for _, cfg := range Streams(o) {
-		streams = append(streams, ensureStep{"stream " + cfg.Name, func() error { return ensureStream(ctx, js, o, cfg) }})
+		streams = append(streams, Step{"stream " + cfg.Name, func() error { return ensureStream(ctx, js, o, cfg) }})
 	}
-	if err := e.steps(streams); err != nil {
+	if err := e.steps.Run(streams, ensureConcurrency); err != nil {
 		return err
 	}
-	var buckets []ensureStep
+	var buckets []Step
 	for _, cfg := range Buckets(o) {
-		buckets = append(buckets, ensureStep{"bucket " + cfg.Bucket, func() error {
+		buckets = append(buckets, Step{"bucket " + cfg.Bucket, func() error {
 			r, err := replicas(ctx, js, "KV_"+cfg.Bucket, o)
 			if err != nil {
 				return err
@@ -489,14 +518,14 @@ func (e *Ensurer) Ensure(ctx context.Context) error {
 			return leaderReads(ctx, js, "KV_"+cfg.Bucket)
 		}})
 	}
-	if err := e.steps(buckets); err != nil {
+	if err := e.steps.Run(buckets, ensureConcurrency); err != nil {
 		return err
 	}
-	var stores []ensureStep
+	var stores []Step
 	for _, cfg := range ObjectStores(o) {
-		stores = append(stores, ensureStep{"objects " + cfg.Bucket, func() error { return ensureObjectStore(ctx, js, o, cfg) }})
+		stores = append(stores, Step{"objects " + cfg.Bucket, func() error { return ensureObjectStore(ctx, js, o, cfg) }})
 	}
-	if err := e.steps(stores); err != nil {
+	if err := e.steps.Run(stores, ensureConcurrency); err != nil {
 		return err
 	}
 	// The capabilities' object stores that exist follow the same options
@@ -509,54 +538,46 @@ func (e *Ensurer) Ensure(ctx context.Context) error {
 	stores = nil
 	for _, c := range caps {
 		cfg := CapabilityObjectStore(o, c)
-		stores = append(stores, ensureStep{"objects " + cfg.Bucket, func() error { return ensureObjectStore(ctx, js, o, cfg) }})
+		stores = append(stores, Step{"objects " + cfg.Bucket, func() error { return ensureObjectStore(ctx, js, o, cfg) }})
 	}
-	return e.steps(stores)
+	return e.steps.Run(stores, ensureConcurrency)
 }
 
-// ensureStep is one of Ensure's steps: a stream, a bucket, an object store.
-type ensureStep struct {
-	name string
-	f    func() error
+// Missing lists the streams, buckets and object stores of the topology
+// that do not exist, from one list of stream names, which the cluster's
+// meta leader answers: a stream without a leader of its own is listed.
+// An orchestrator whose topology all exists serves while Ensure brings
+// it to its configuration (the orchestrator's start, deploy/README).
+func (e *Ensurer) Missing(ctx context.Context) ([]string, error) {
+	have := make(map[string]bool)
+	names := e.js.StreamNames(ctx)
+	for name := range names.Name() {
+		have[name] = true
+	}
+	if err := names.Err(); err != nil {
+		return nil, fmt.Errorf("list streams: %w", err)
+	}
+	var want []string
+	for _, cfg := range Streams(e.o) {
+		want = append(want, cfg.Name)
+	}
+	for _, cfg := range Buckets(e.o) {
+		want = append(want, "KV_"+cfg.Bucket)
+	}
+	for _, cfg := range ObjectStores(e.o) {
+		want = append(want, "OBJ_"+cfg.Bucket)
+	}
+	var missing []string
+	for _, name := range want {
+		if !have[name] {
+			missing = append(missing, name)
+		}
+	}
+	return missing, nil
 }
 
 // ensureConcurrency bounds the steps of a kind run at once.
 const ensureConcurrency = 8
-
-// steps runs the steps not done yet, up to ensureConcurrency at once, and
-// returns an error that stops the process if any step had one (Retry), else
-// the first step's error in order. At once, because each is a few requests
-// that under faults can wait out the client's timeout: one after another,
-// an orchestrator restarted in a chaos run's outage met one leaderless
-// stream after another, 5 s each, and served nothing for up to 57 s.
-func (e *Ensurer) steps(steps []ensureStep) error {
-	errs := make([]error, len(steps))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, ensureConcurrency)
-	for i, st := range steps {
-		if e.done[st.name] {
-			continue
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			errs[i] = st.f()
-		})
-	}
-	wg.Wait()
-	var first error
-	for i, err := range errs {
-		if err == nil {
-			e.done[steps[i].name] = true
-			continue
-		}
-		if errors.Is(err, ErrFewerReplicas) || errors.Is(err, ErrPermanent) {
-			return err
-		}
-		first = cmp.Or(first, err)
-	}
-	return first
-}
 
 // replicas is the replica count to give stream: the requested one, or the
 // existing one when none is requested.

@@ -293,3 +293,75 @@ func TestEnsurerResumesWhereItFailed(t *testing.T) {
 	}
 	t.Logf("a whole Ensure: %d requests; cut off after %d and resumed: %d in all", wholeSent.Load(), atFailure, total)
 }
+
+// TestMissing lists what of the topology does not exist: everything on a
+// bare server, nothing once ensured, a stream deleted since.
+func TestMissing(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 20*time.Second)
+	e := topology.NewEnsurer(js, topology.Options{})
+	missing, err := e.Missing(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := len(topology.Streams(topology.Options{})) + len(topology.Buckets(topology.Options{})) + len(topology.ObjectStores(topology.Options{}))
+	if len(missing) != all {
+		t.Fatalf("on a bare server: %d missing %v, want all %d", len(missing), missing, all)
+	}
+	if err := e.Ensure(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err = e.Missing(ctx); err != nil || len(missing) != 0 {
+		t.Fatalf("once ensured: missing %v, %v", missing, err)
+	}
+	if err := js.DeleteStream(ctx, subject.StreamDLQ); err != nil {
+		t.Fatal(err)
+	}
+	if missing, err = e.Missing(ctx); err != nil || len(missing) != 1 || missing[0] != subject.StreamDLQ {
+		t.Fatalf("AX_DLQ deleted: missing %v, %v", missing, err)
+	}
+}
+
+// TestCapabilityExists: a capability exists once its object store and its
+// six ready consumers do, and not when any of them is missing.
+func TestCapabilityExists(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	js, _ := jetstream.New(testenv.Conn(t, srv.URL()))
+	ctx := testenv.Context(t, 20*time.Second)
+	tasks, err := js.Stream(ctx, subject.StreamTasks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := func() bool {
+		t.Helper()
+		ok, err := topology.CapabilityExists(ctx, js, tasks, "img")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if exists() {
+		t.Fatal("exists before anything was created")
+	}
+	if err := topology.EnsureCapabilityObjects(ctx, js, topology.Options{}, "img"); err != nil {
+		t.Fatal(err)
+	}
+	if exists() {
+		t.Fatal("exists without its ready consumers")
+	}
+	if err := topology.EnsureReadyConsumers(ctx, js, "img"); err != nil {
+		t.Fatal(err)
+	}
+	if !exists() {
+		t.Fatal("does not exist once created")
+	}
+	if err := tasks.DeleteConsumer(ctx, subject.ReadyConsumer("img", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if exists() {
+		t.Fatal("exists without its p3 consumer")
+	}
+}
