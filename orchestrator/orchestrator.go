@@ -64,15 +64,18 @@ type Orchestrator struct {
 	// claims and leases (internal/exectoken).
 	tokens *exectoken.Key
 	// timers is the AX_TIMERS stream, for cancelling pending timers.
-	timers jetstream.Stream
+	timers leaderget.Streamer
 	// tasks and leases are AX_TASKS and AX_LEASES, which the reconciler
 	// reads (with the ready consumers on AX_TASKS) to tell a lost task from
 	// a queued or running one.
-	tasks, leases jetstream.Stream
+	tasks  jetstream.Stream
+	leases leaderget.Streamer
 	// held is AX_HELD: the markers of tasks waiting for a slot.
-	held jetstream.Stream
+	held leaderget.Streamer
 	// events is AX_EVENTS: the events event tasks wait for.
-	events jetstream.Stream
+	events leaderget.Streamer
+	// timers, leases, held and events are bound at their first use that
+	// needs it (leaderget.Lazy): a restart does not wait for their leaders.
 	// reads sends the leader reads of the streams above (leaderget): one
 	// inbox for all of them.
 	reads *leaderget.Reader
@@ -386,6 +389,11 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 		o.ensurer = topology.NewEnsurer(o.js, o.cfg.Topology)
 		o.reads = leaderget.New(o.js)
 		o.objects = object.New(o.js)
+		o.timers = leaderget.NewLazy(o.js, subject.StreamTimers, o.reads)
+		o.leases = leaderget.NewLazy(o.js, subject.StreamLeases, o.reads)
+		o.held = leaderget.NewLazy(o.js, subject.StreamHeld, o.reads)
+		o.events = leaderget.NewLazy(o.js, subject.StreamEvents, o.reads)
+		o.fanin, o.edges, o.unique = fanin.Open(o.js), edges.Open(o.js), unique.Open(o.js)
 	}
 	bindKV := func(bucket string, kv *jetstream.KeyValue) func() error {
 		return func() error {
@@ -397,23 +405,10 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 			return nil
 		}
 	}
-	bind := func(name string, st *jetstream.Stream) func() error {
-		return func() error {
-			b, err := o.bind(ctx, name)
-			if err != nil {
-				return fmt.Errorf("bind %s: %w", name, err)
-			}
-			*st = b
-			return nil
-		}
-	}
 	waves := [][]topology.Step{
 		{{Name: "topology", Run: func() error { return o.ensureTopology(ctx) }}},
 		{
 			{Name: "store", Run: func() error { return o.bindStore(ctx) }},
-			{Name: "fanin", Run: func() (err error) { o.fanin, err = fanin.New(ctx, o.js); return err }},
-			{Name: "edges", Run: func() (err error) { o.edges, err = edges.New(ctx, o.js); return err }},
-			{Name: "unique", Run: func() (err error) { o.unique, err = unique.New(ctx, o.js); return err }},
 			{Name: "types", Run: func() (err error) {
 				if n := o.cfg.Limits.MaxTaskTypes; n > 0 && o.types == nil {
 					o.types, err = typeset.New(ctx, o.js, n, o.cfg.NodeID, o.cfg.Now)
@@ -421,10 +416,6 @@ func (o *Orchestrator) setup(ctx context.Context, loops []loop) error {
 				return err
 			}},
 			{Name: "tokens", Run: func() (err error) { o.tokens, err = exectoken.Load(ctx, o.js); return err }},
-			{Name: "timers", Run: bind(subject.StreamTimers, &o.timers)},
-			{Name: "leases", Run: bind(subject.StreamLeases, &o.leases)},
-			{Name: "held", Run: bind(subject.StreamHeld, &o.held)},
-			{Name: "events", Run: bind(subject.StreamEvents, &o.events)},
 			{Name: "retry slots", Run: func() error { return o.bindRetrySlots(ctx) }},
 			{Name: "control", Run: bindKV(subject.BucketControl, &o.control)},
 			{Name: "slots", Run: bindKV(subject.BucketSlots, &o.slotsKV)},

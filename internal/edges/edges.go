@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 )
@@ -25,16 +26,23 @@ import (
 // Edges writes and lists dependency edges in the AX_EDGES stream.
 type Edges struct {
 	js     jetstream.JetStream
-	stream jetstream.Stream
+	stream leaderget.Streamer // bound at its first info or purge
 }
 
 // New binds to the AX_EDGES stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Edges, error) {
-	st, err := js.Stream(ctx, subject.StreamEdges)
-	if err != nil {
-		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamEdges, err)
+	st := leaderget.NewLazy(js, subject.StreamEdges, leaderget.New(js))
+	if err := st.Bind(ctx); err != nil {
+		return nil, err
 	}
 	return &Edges{js: js, stream: st}, nil
+}
+
+// Open returns the edges of AX_EDGES without a request: the stream is
+// bound at its first use that needs it (leaderget.Lazy), so that a
+// restarted orchestrator does not wait for its leader.
+func Open(js jetstream.JetStream) *Edges {
+	return &Edges{js: js, stream: leaderget.NewLazy(js, subject.StreamEdges, leaderget.New(js))}
 }
 
 // Add records that child depends on up. Adding an edge that exists is a no-op.

@@ -43,22 +43,30 @@ import (
 // their counters in AX_COUNTS.
 type Markers struct {
 	js     jetstream.JetStream
-	stream jetstream.Stream
-	counts jetstream.Stream
+	stream leaderget.Streamer // both bound at their first info or purge
+	counts leaderget.Streamer
 }
 
 // New binds to the AX_FANIN and AX_COUNTS streams, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Markers, error) {
-	st, err := js.Stream(ctx, subject.StreamFanIn)
-	if err != nil {
-		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamFanIn, err)
-	}
-	counts, err := js.Stream(ctx, subject.StreamCounts)
-	if err != nil {
-		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamCounts, err)
-	}
 	reads := leaderget.New(js)
-	return &Markers{js: js, stream: leaderget.Wrap(st, reads), counts: leaderget.Wrap(counts, reads)}, nil
+	st, counts := leaderget.NewLazy(js, subject.StreamFanIn, reads), leaderget.NewLazy(js, subject.StreamCounts, reads)
+	if err := st.Bind(ctx); err != nil {
+		return nil, err
+	}
+	if err := counts.Bind(ctx); err != nil {
+		return nil, err
+	}
+	return &Markers{js: js, stream: st, counts: counts}, nil
+}
+
+// Open returns the markers of AX_FANIN and AX_COUNTS without a request:
+// the streams are bound at their first use that needs it
+// (leaderget.Lazy), so that a restarted orchestrator does not wait for
+// their leaders.
+func Open(js jetstream.JetStream) *Markers {
+	reads := leaderget.New(js)
+	return &Markers{js: js, stream: leaderget.NewLazy(js, subject.StreamFanIn, reads), counts: leaderget.NewLazy(js, subject.StreamCounts, reads)}
 }
 
 // Mark records how member of waiter ended, counts it, and returns the

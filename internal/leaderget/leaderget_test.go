@@ -311,3 +311,60 @@ func TestKVGetsAsJetStreamDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestLazyBindsOnlyWhenNeeded: a Lazy stream sends nothing when made, reads
+// through its leader without a binding, binds for what a read cannot do,
+// and a bind that failed (the stream missing) is tried again at the next use.
+func TestLazyBindsOnlyWhenNeeded(t *testing.T) {
+	t.Parallel()
+	srv := testenv.BareNATS(t)
+	js, err := jetstream.New(testenv.Conn(t, srv.URL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, 30*time.Second)
+	l := leaderget.NewLazy(js, "LAZY", leaderget.New(js))
+	if _, err := l.Info(ctx); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Info of a missing stream: %v, want ErrStreamNotFound", err)
+	}
+	if err := l.Bind(ctx); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("Bind of a missing stream: %v, want ErrStreamNotFound", err)
+	}
+	st := stream(t, js, "LAZY", 1)
+	if err := l.Bind(ctx); err != nil {
+		t.Fatalf("Bind once the stream exists: %v", err)
+	}
+	last, err := l.GetLastMsgForSubject(ctx, "LAZY.a.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := st.GetLastMsgForSubject(ctx, "LAZY.a.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Sequence != want.Sequence || string(last.Data) != string(want.Data) {
+		t.Fatalf("last on LAZY.a.1: seq %d %q, want %d %q", last.Sequence, last.Data, want.Sequence, want.Data)
+	}
+	if m, err := l.GetMsg(ctx, 1); err != nil || m.Subject != "LAZY.a.1" {
+		t.Fatalf("GetMsg 1: %+v %v", m, err)
+	}
+	if m, err := l.GetMsg(ctx, 1, jetstream.WithGetMsgSubject("LAZY.b")); err != nil || m.Subject != "LAZY.b" {
+		t.Fatalf("GetMsg 1 filtered on LAZY.b: %+v %v", m, err)
+	}
+	if err := l.DeleteMsg(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.GetMsg(ctx, 1); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("GetMsg of a deleted message: %v", err)
+	}
+	if err := l.Purge(ctx, jetstream.WithPurgeSubject("LAZY.a.1")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.Info(ctx, jetstream.WithSubjectFilter("LAZY.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.State.Subjects; len(got) != 1 || got["LAZY.b"] != 1 {
+		t.Fatalf("subjects after the purge of LAZY.a.1: %v, want LAZY.b only", got)
+	}
+}

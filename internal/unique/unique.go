@@ -40,16 +40,23 @@ type Holder struct {
 // Keys claims unique keys in the AX_UNIQUE stream.
 type Keys struct {
 	js     jetstream.JetStream
-	stream jetstream.Stream
+	stream leaderget.Streamer
 }
 
 // New binds to the AX_UNIQUE stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Keys, error) {
-	st, err := leaderget.Bind(ctx, js, subject.StreamUnique)
-	if err != nil {
-		return nil, fmt.Errorf("bind stream %s: %w", subject.StreamUnique, err)
+	st := leaderget.NewLazy(js, subject.StreamUnique, leaderget.New(js))
+	if err := st.Bind(ctx); err != nil {
+		return nil, err
 	}
 	return &Keys{js: js, stream: st}, nil
+}
+
+// Open returns the keys of AX_UNIQUE without a request: the stream is
+// bound at its first use that needs it (leaderget.Lazy), and its claims'
+// reads are leader reads, which need no binding.
+func Open(js jetstream.JetStream) *Keys {
+	return &Keys{js: js, stream: leaderget.NewLazy(js, subject.StreamUnique, leaderget.New(js))}
 }
 
 // Claim makes task id the holder of key for taskType for window from now,
