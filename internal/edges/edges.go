@@ -26,16 +26,16 @@ import (
 // Edges writes and lists dependency edges in the AX_EDGES stream.
 type Edges struct {
 	js     jetstream.JetStream
-	stream leaderget.Streamer // bound at its first info or purge
+	stream *leaderget.Lazy // bound at its first info or purge
 }
 
 // New binds to the AX_EDGES stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Edges, error) {
-	st := leaderget.NewLazy(js, subject.StreamEdges, leaderget.New(js))
-	if err := st.Bind(ctx); err != nil {
+	e := Open(js)
+	if err := e.stream.Bind(ctx); err != nil {
 		return nil, err
 	}
-	return &Edges{js: js, stream: st}, nil
+	return e, nil
 }
 
 // Open returns the edges of AX_EDGES without a request: the stream is

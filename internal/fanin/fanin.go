@@ -43,21 +43,20 @@ import (
 // their counters in AX_COUNTS.
 type Markers struct {
 	js     jetstream.JetStream
-	stream leaderget.Streamer // both bound at their first info or purge
-	counts leaderget.Streamer
+	stream *leaderget.Lazy // both bound at their first info or purge
+	counts *leaderget.Lazy
 }
 
 // New binds to the AX_FANIN and AX_COUNTS streams, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Markers, error) {
-	reads := leaderget.New(js)
-	st, counts := leaderget.NewLazy(js, subject.StreamFanIn, reads), leaderget.NewLazy(js, subject.StreamCounts, reads)
-	if err := st.Bind(ctx); err != nil {
+	m := Open(js)
+	if err := m.stream.Bind(ctx); err != nil {
 		return nil, err
 	}
-	if err := counts.Bind(ctx); err != nil {
+	if err := m.counts.Bind(ctx); err != nil {
 		return nil, err
 	}
-	return &Markers{js: js, stream: st, counts: counts}, nil
+	return m, nil
 }
 
 // Open returns the markers of AX_FANIN and AX_COUNTS without a request:

@@ -247,17 +247,6 @@ type Stream struct {
 // be st's).
 func Wrap(st jetstream.Stream, r *Reader) *Stream { return &Stream{Stream: st, reader: r} }
 
-// Bind binds the stream name of js with a Reader of its own (for a
-// component that binds once; one that binds per call shares a Reader
-// through Wrap).
-func Bind(ctx context.Context, js jetstream.JetStream, name string) (*Stream, error) {
-	st, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return Wrap(st, New(js)), nil
-}
-
 // leaderReads reports whether the stream, as last bound or refreshed, is
 // read through its leader.
 func (s *Stream) leaderReads() (string, bool) {

@@ -235,8 +235,8 @@ func TestReadsOnACluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := leaderget.Bind(ctx, js, "LG")
-		if err != nil {
+		st := leaderget.NewLazy(js, "LG", leaderget.New(js))
+		if err := st.Bind(ctx); err != nil {
 			t.Fatalf("bind through server %d: %v", i+1, err)
 		}
 		got, err := st.GetLastMsgForSubject(ctx, "LG.a.1")

@@ -40,16 +40,16 @@ type Holder struct {
 // Keys claims unique keys in the AX_UNIQUE stream.
 type Keys struct {
 	js     jetstream.JetStream
-	stream leaderget.Streamer
+	stream *leaderget.Lazy
 }
 
 // New binds to the AX_UNIQUE stream, which must exist.
 func New(ctx context.Context, js jetstream.JetStream) (*Keys, error) {
-	st := leaderget.NewLazy(js, subject.StreamUnique, leaderget.New(js))
-	if err := st.Bind(ctx); err != nil {
+	k := Open(js)
+	if err := k.stream.Bind(ctx); err != nil {
 		return nil, err
 	}
-	return &Keys{js: js, stream: st}, nil
+	return k, nil
 }
 
 // Open returns the keys of AX_UNIQUE without a request: the stream is
