@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/inputs"
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
@@ -128,7 +129,7 @@ func (o *Orchestrator) claim(ctx context.Context, capability string, req task.Cl
 		}
 		return task.ClaimReply{Status: task.ClaimGranted, Task: &next, Revision: newRev}
 	}
-	return task.ClaimReply{Error: fmt.Sprintf("claim %s: too many concurrent changes", req.ID)}
+	return task.ClaimReply{Error: fmt.Sprintf("claim %s: %v", req.ID, consume.ErrContended)}
 }
 
 // inputsWorkers answer inputs requests: each is a leader read per upstream.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/ax-run/ax/internal/admission"
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -106,7 +107,7 @@ func (o *Orchestrator) transition(ctx context.Context, id string, decide func(t 
 			return t, err
 		}
 	}
-	return task.Task{}, fmt.Errorf("change task %s: too many concurrent changes", id)
+	return task.Task{}, fmt.Errorf("change task %s: %w", id, consume.ErrContended)
 }
 
 // finished returns t moved to a final state now.
@@ -339,7 +340,7 @@ func (o *Orchestrator) publishDispatch(ctx context.Context, t task.Task, rev uin
 		}
 		t, rev = cur, curRev
 	}
-	return fmt.Errorf("dispatch %s: too many concurrent changes", t.ID)
+	return fmt.Errorf("dispatch %s: %w", t.ID, consume.ErrContended)
 }
 
 // dispatchedReason is the reason a dispatch written after admission
@@ -498,7 +499,7 @@ func (o *Orchestrator) resolveWaitingAfter(ctx context.Context, t task.Task, rev
 		}
 		register = false
 	}
-	return fmt.Errorf("resolve %s: too many concurrent changes", t.ID)
+	return fmt.Errorf("resolve %s: %w", t.ID, consume.ErrContended)
 }
 
 // waitForMissing handles a waiting task whose upstreams in missing do not
@@ -558,7 +559,7 @@ func (o *Orchestrator) transitionFrom(ctx context.Context, t task.Task, rev uint
 			return t, err
 		}
 	}
-	return t, fmt.Errorf("change task %s: too many concurrent changes", t.ID)
+	return t, fmt.Errorf("change task %s: %w", t.ID, consume.ErrContended)
 }
 
 // countUpstreams marks how upstreams of a wide fan-in waiter ended (those
@@ -613,7 +614,7 @@ func (o *Orchestrator) registerDependent(ctx context.Context, up, child string) 
 			return "", err
 		}
 	}
-	return "", fmt.Errorf("register dependent %s on %s: too many concurrent changes", child, up)
+	return "", fmt.Errorf("register dependent %s on %s: %w", child, up, consume.ErrContended)
 }
 
 // dependentsOf lists the tasks that depend on t: its edges, and the list a
@@ -796,7 +797,7 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
 		}
 	}
-	return fmt.Errorf("cancel dependent %s of %s: too many concurrent changes", id, up.ID)
+	return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, consume.ErrContended)
 }
 
 // deadLetter writes the dead-letter entry of a failed task (one per task:

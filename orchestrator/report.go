@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -143,7 +144,7 @@ func (o *Orchestrator) applyReport(ctx context.Context, r task.Report) error {
 			return err
 		}
 	}
-	return fmt.Errorf("apply report of %s: too many concurrent changes", r.ID)
+	return fmt.Errorf("apply report of %s: %w", r.ID, consume.ErrContended)
 }
 
 func (o *Orchestrator) dispatchedFromCache(r task.Report) (task.Task, uint64, bool) {
@@ -184,7 +185,7 @@ func (o *Orchestrator) storeStep(ctx context.Context, r task.Report) task.StepRe
 			return task.StepReply{Error: err.Error()}
 		}
 	}
-	return task.StepReply{Error: fmt.Sprintf("store step of %s: too many concurrent changes", r.ID)}
+	return task.StepReply{Error: fmt.Sprintf("store step of %s: %v", r.ID, consume.ErrContended)}
 }
 
 // isStepReport reports whether a report's body is a step's (status

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/cronspec"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -98,7 +99,7 @@ func (o *Orchestrator) updateSchedule(ctx context.Context, name string, change f
 		}
 		return s, nil
 	}
-	return nil, fmt.Errorf("schedule %s: too many concurrent changes", name)
+	return nil, fmt.Errorf("schedule %s: %w", name, consume.ErrContended)
 }
 
 // createSchedule creates or replaces a schedule and arms its first firing.
@@ -161,7 +162,7 @@ func (o *Orchestrator) createSchedule(ctx context.Context, name string, body []b
 		}
 		return &s, o.armSchedule(ctx, &s)
 	}
-	return nil, fmt.Errorf("schedule %s: too many concurrent changes", name)
+	return nil, fmt.Errorf("schedule %s: %w", name, consume.ErrContended)
 }
 
 // armSchedule makes sure the schedule's next firing has its timer (a paused
@@ -302,7 +303,7 @@ func (o *Orchestrator) fireSchedule(ctx context.Context, f timerFire) error {
 		}
 		return o.armSchedule(ctx, s)
 	}
-	return fmt.Errorf("fire schedule %s: too many concurrent changes", f.ID)
+	return fmt.Errorf("fire schedule %s: %w", f.ID, consume.ErrContended)
 }
 
 // overlapping reports whether a skip-overlap schedule's last task is still

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/fanin"
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/object"
@@ -168,7 +169,7 @@ func (o *Orchestrator) markRegistered(ctx context.Context, id string) (task.Task
 			return t, err
 		}
 	}
-	return task.Task{}, fmt.Errorf("mark shards of %s registered: too many concurrent changes", id)
+	return task.Task{}, fmt.Errorf("mark shards of %s registered: %w", id, consume.ErrContended)
 }
 
 // shardEnded is the effect of a shard reaching a final state: its fan-in
@@ -263,7 +264,7 @@ func (o *Orchestrator) releaseSlot(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("release shard %s: too many concurrent changes", id)
+	return fmt.Errorf("release shard %s: %w", id, consume.ErrContended)
 }
 
 // countMarkers, as checkFanIn's count, asks it to count the markers.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/internal/swrr"
@@ -306,7 +307,7 @@ func (o *Orchestrator) writeSlotOps(ctx context.Context, key string, ops []*slot
 		o.handedOver(key, waiters, handed, again, readErr)
 		return
 	}
-	fail(fmt.Errorf("change the slots of key %s: too many concurrent changes", key))
+	fail(fmt.Errorf("change the slots of key %s: %w", key, consume.ErrContended))
 }
 
 // slotWaiter is a task waiting for a slot, by its marker.

@@ -330,12 +330,22 @@ const UnavailableDeliveries = 10
 // within about a second of the end, not up to NakDelay's 10 s.
 const maxUnavailableDelay = 2 * time.Second
 
+// ErrContended says a compare-and-set lost every one of its tries in a row
+// (the callers' bound). Under faults that is the store, not the message: a
+// deposed leader cut off by a partition answers reads from behind until it
+// notices, and every write against what it read conflicts at the new one
+// (a chaos run's dispatches hit it in bursts after store outages). So it
+// counts as Unavailable: tried again within maxUnavailableDelay, not after
+// NakDelay's growing backoff.
+var ErrContended = errors.New("too many concurrent changes")
+
 // Unavailable reports whether err is NATS or JetStream not answering for
 // now: no responders, a request timed out, a connection reconnecting, a
-// stream that did not answer a publish, or a 503 (no leader, no quorum).
+// stream that did not answer a publish, or a 503 (no leader, no quorum);
+// or a compare-and-set that lost too often in a row (ErrContended).
 func Unavailable(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
+	return errors.Is(err, ErrContended) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		(errors.As(err, &apiErr) && apiErr.Code == 503)

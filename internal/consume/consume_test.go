@@ -157,7 +157,8 @@ func TestPoisonAfterDeliveryLimit(t *testing.T) {
 }
 
 // TestUnavailableIsNotPoison: a handler failing only because JetStream
-// did not answer (an outage: a 503, no responders, a timeout) is retried
+// did not answer (an outage: a 503, no responders, a timeout, a
+// compare-and-set that lost too often in a row) is retried
 // past MaxDeliveries instead of kept as poison, and the message is applied
 // once it answers again.
 func TestUnavailableIsNotPoison(t *testing.T) {
@@ -168,6 +169,9 @@ func TestUnavailableIsNotPoison(t *testing.T) {
 		fmt.Errorf("write task x: %w", jetstream.ErrNoStreamResponse),
 		fmt.Errorf("get task x: %w", nats.ErrNoResponders),
 		fmt.Errorf("read slots: %w", context.DeadlineExceeded),
+		// A compare-and-set that lost every try (a deposed leader answering
+		// reads from behind).
+		fmt.Errorf("dispatch x: change the slots of key k: %w", consume.ErrContended),
 	}
 	var calls atomic.Int32
 	stop := run(t, &consume.Loop{Name: "c", Consumer: cons, MaxDeliveries: 2,

@@ -29,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
 )
@@ -166,7 +167,7 @@ func (s *Set) Admit(ctx context.Context, typ string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("record task type %s: too many concurrent changes", typ)
+	return fmt.Errorf("record task type %s: %w", typ, consume.ErrContended)
 }
 
 func (s *Set) limitError(typ string) error {

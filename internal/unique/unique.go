@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/leaderget"
 	"github.com/ax-run/ax/internal/store"
 	"github.com/ax-run/ax/internal/subject"
@@ -102,5 +103,5 @@ func (k *Keys) Claim(ctx context.Context, taskType, key, id string, window time.
 		// replace it, compare-and-set against it.
 		last = msg.Sequence
 	}
-	return Holder{}, fmt.Errorf("claim unique key %q of %s for %s: too many concurrent changes", key, taskType, id)
+	return Holder{}, fmt.Errorf("claim unique key %q of %s for %s: %w", key, taskType, id, consume.ErrContended)
 }
