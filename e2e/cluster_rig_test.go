@@ -47,6 +47,11 @@ type clusterRig struct {
 
 	faults  map[string]int
 	crashes map[string]int // unexpected exits (the process was restarted)
+
+	// killExecutor, for a rig without executor processes (TestClusterFloor),
+	// kills one of its in-process executors and returns its name and how to
+	// start it again.
+	killExecutor func() (name string, restart func())
 }
 
 func newClusterRig(t *testing.T, c *cluster, nc *natsCluster, rng *rand.Rand) *clusterRig {
@@ -185,13 +190,30 @@ func (r *clusterRig) topologyReplicas(js jetstream.JetStream) []string {
 	return bad
 }
 
-// connect opens one connection per node (each preferring its node and
-// failing over to the others; pings every 2 s so a paused node is left
-// soon) and an SDK client on each.
+// connect opens one connection per node (connectNodes) and an SDK client
+// on each.
 func (r *clusterRig) connect() ([]*nats.Conn, []*sdk.Client) {
 	r.t.Helper()
-	var conns []*nats.Conn
+	conns := r.connectNodes()
 	var clients []*sdk.Client
+	for i, nc := range conns {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cl, err := sdk.New(ctx, nc)
+		cancel()
+		if err != nil {
+			r.t.Fatalf("sdk client on %s: %v", r.nats.URLs(i), err)
+		}
+		clients = append(clients, cl)
+	}
+	return conns, clients
+}
+
+// connectNodes opens one connection per node, each preferring its node and
+// failing over to the others, pinging every 2 s so a paused node is left
+// soon.
+func (r *clusterRig) connectNodes() []*nats.Conn {
+	r.t.Helper()
+	var conns []*nats.Conn
 	for i := range r.nats.nodes {
 		nc, err := nats.Connect(r.nats.URLs(i), nats.Name("ax-e2e-"+strconv.Itoa(i+1)), nats.DontRandomize(),
 			nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
@@ -200,16 +222,9 @@ func (r *clusterRig) connect() ([]*nats.Conn, []*sdk.Client) {
 			r.t.Fatalf("connect to %s: %v", r.nats.URLs(i), err)
 		}
 		r.t.Cleanup(nc.Close)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		cl, err := sdk.New(ctx, nc)
-		cancel()
-		if err != nil {
-			r.t.Fatalf("sdk client: %v", err)
-		}
 		conns = append(conns, nc)
-		clients = append(clients, cl)
 	}
-	return conns, clients
+	return conns
 }
 
 // fault records an injected fault.
@@ -285,6 +300,9 @@ func (r *clusterRig) injectFaults(end time.Time) {
 			took, ok, status := r.nats.awaitHealthy(n, 30*time.Second)
 			r.logf("%s restarted: healthy=%v after %s (%s)", n.name, ok, took.Round(100*time.Millisecond), status)
 		case 1:
+			if len(r.orchs) == 0 {
+				break // TestClusterFloor: no orchestrator to kill
+			}
 			p := r.orchs[r.rng.IntN(len(r.orchs))]
 			r.counter.scrape(p.name)
 			p.kill9()
@@ -304,6 +322,14 @@ func (r *clusterRig) injectFaults(end time.Time) {
 				r.t.Fatalf("SIGCONT %s: %v", r.nats.nodes[j].name, err)
 			}
 		case 3:
+			if len(r.workers) == 0 {
+				name, restart := r.killExecutor()
+				down := r.between(500*time.Millisecond, 2*time.Second)
+				r.fault("executor kill", "%s stopped (its jobs in hand dropped), restarted after %s", name, down.Round(time.Millisecond))
+				r.sleep(down)
+				restart()
+				break
+			}
 			p := r.workers[r.rng.IntN(len(r.workers))]
 			p.kill9()
 			down := r.between(500*time.Millisecond, 2*time.Second)
