@@ -331,61 +331,27 @@ func (f *clusterFindings) stallsByState() string {
 // deadLetterCounts reads the dead-letter stream: dead letters per task.
 func deadLetterCounts(ctx context.Context, js jetstream.JetStream) (map[string]int, error) {
 	out := make(map[string]int)
-	st, err := js.Stream(ctx, subject.StreamDLQ)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if info.State.Msgs == 0 {
-		return out, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy})
-	if err != nil {
-		return nil, err
-	}
 	// AX_DLQ keeps one message per task: a replay of a failed task's
 	// effects (its report applied twice, say, after a reply was lost)
 	// overwrites its dead letter, by design. A read that overlaps such an
 	// overwrite meets both the old message and the new, and an ordered
 	// consumer that resets after a hiccup may deliver one again: count each
 	// task once (the stream cannot hold two for one task).
-	seqs := make(map[uint64]bool)
 	seen := make(map[string]bool)
-	for last := uint64(0); last < info.State.LastSeq; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, err
+	err := readStream(ctx, js, subject.StreamDLQ, nil, func(msg jetstream.Msg, _ *jetstream.MsgMetadata) error {
+		if seen[msg.Subject()] {
+			return nil
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			last = max(last, md.Sequence.Stream)
-			if seqs[md.Sequence.Stream] {
-				continue
-			}
-			seqs[md.Sequence.Stream] = true
-			var dl task.DeadLetter
-			if err := json.Unmarshal(msg.Data(), &dl); err != nil {
-				return nil, fmt.Errorf("decode dead letter %s: %w", msg.Subject(), err)
-			}
-			if !seen[msg.Subject()] {
-				seen[msg.Subject()] = true
-				out[dl.Spec.ID]++
-			}
+		seen[msg.Subject()] = true
+		var dl task.DeadLetter
+		if err := json.Unmarshal(msg.Data(), &dl); err != nil {
+			return fmt.Errorf("decode dead letter %s: %w", msg.Subject(), err)
 		}
-		if err := batch.Error(); err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("reading dead letters stalled at sequence %d of %d", last, info.State.LastSeq)
-		}
+		out[dl.Spec.ID]++
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

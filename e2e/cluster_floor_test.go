@@ -414,61 +414,36 @@ func (l *floorLoop) read() (map[int]*floorJob, error) {
 func readFloor(js jetstream.JetStream) (map[int]*floorJob, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := js.Stream(ctx, floorStream)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
 	jobs := map[int]*floorJob{}
-	if info.State.Msgs == 0 {
-		return jobs, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	seen := map[uint64]bool{} // an ordered consumer may hand a message again
+	err := readStream(ctx, js, floorStream, nil, func(msg jetstream.Msg, md *jetstream.MsgMetadata) error {
+		if seen[md.Sequence.Stream] {
+			return nil
+		}
+		seen[md.Sequence.Stream] = true
+		rest := strings.TrimPrefix(msg.Subject(), floorPrefix)
+		dot := strings.LastIndexByte(rest, '.')
+		id, err := strconv.Atoi(rest[:max(dot, 0)])
+		if err != nil {
+			return fmt.Errorf("subject %s: %w", msg.Subject(), err)
+		}
+		j := jobs[id]
+		if j == nil {
+			j = &floorJob{}
+			jobs[id] = j
+		}
+		switch rest[dot+1:] {
+		case "c":
+			j.creations++
+			j.created, j.seq = md.Timestamp, md.Sequence.Stream
+		case "f":
+			j.finals++
+			j.final = md.Timestamp
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	for seq := uint64(0); seq < info.State.LastSeq; {
-		batch, err := cons.Fetch(5000, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("read %s at %d of %d: %w", floorStream, seq, info.State.LastSeq, err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			seq = md.Sequence.Stream
-			rest := strings.TrimPrefix(msg.Subject(), floorPrefix)
-			dot := strings.LastIndexByte(rest, '.')
-			id, err := strconv.Atoi(rest[:max(dot, 0)])
-			if err != nil {
-				return nil, fmt.Errorf("subject %s: %w", msg.Subject(), err)
-			}
-			j := jobs[id]
-			if j == nil {
-				j = &floorJob{}
-				jobs[id] = j
-			}
-			switch rest[dot+1:] {
-			case "c":
-				j.creations++
-				j.created, j.seq = md.Timestamp, md.Sequence.Stream
-			case "f":
-				j.finals++
-				j.final = md.Timestamp
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("read %s at %d of %d: %w", floorStream, seq, info.State.LastSeq, err)
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("read %s: nothing after %d of %d", floorStream, seq, info.State.LastSeq)
-		}
 	}
 	return jobs, nil
 }

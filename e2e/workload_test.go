@@ -456,59 +456,68 @@ func latestStates(ctx context.Context, js jetstream.JetStream) (map[string]task.
 
 // histories reads the whole AX_TASKS stream: every task's events in order.
 func histories(ctx context.Context, js jetstream.JetStream) (map[string][]store.Revisioned, error) {
-	st, err := js.Stream(ctx, subject.StreamTasks)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
 	out := make(map[string][]store.Revisioned)
-	last := info.State.LastSeq
-	if info.State.Msgs == 0 {
-		return out, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject.TaskAll},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	err := readStream(ctx, js, subject.StreamTasks, []string{subject.TaskAll}, func(msg jetstream.Msg, md *jetstream.MsgMetadata) error {
+		var ev task.Event
+		if err := json.Unmarshal(msg.Data(), &ev); err != nil {
+			return fmt.Errorf("decode %s at %d: %w", msg.Subject(), md.Sequence.Stream, err)
+		}
+		id := subject.TaskID(msg.Subject())
+		out[id] = append(out[id], store.Revisioned{Revision: md.Sequence.Stream, Event: ev})
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for {
+	return out, nil
+}
+
+// readStream reads a stream from its first message to the last it held
+// when the read began (an ordered consumer, filtered when filters are
+// given), handing each message to each. An ordered consumer that resets
+// after a hiccup may hand a message again.
+func readStream(ctx context.Context, js jetstream.JetStream, stream string, filters []string,
+	each func(msg jetstream.Msg, md *jetstream.MsgMetadata) error) error {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return err
+	}
+	for last := uint64(0); last < info.State.LastSeq; {
 		batch, err := cons.Fetch(5000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		n := 0
-		done := false
 		for msg := range batch.Messages() {
 			n++
 			md, err := msg.Metadata()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			var ev task.Event
-			if err := json.Unmarshal(msg.Data(), &ev); err != nil {
-				return nil, fmt.Errorf("decode %s at %d: %w", msg.Subject(), md.Sequence.Stream, err)
-			}
-			id := subject.TaskID(msg.Subject())
-			out[id] = append(out[id], store.Revisioned{Revision: md.Sequence.Stream, Event: ev})
-			if md.Sequence.Stream >= last {
-				done = true
+			last = max(last, md.Sequence.Stream)
+			if err := each(msg, md); err != nil {
+				return err
 			}
 		}
 		if err := batch.Error(); err != nil {
-			return nil, err
-		}
-		if done {
-			return out, nil
+			return err
 		}
 		if n == 0 {
-			return nil, errors.New("reading the task histories stalled")
+			return fmt.Errorf("reading %s stalled at sequence %d of %d", stream, last, info.State.LastSeq)
 		}
 	}
+	return nil
 }
 
 // waitAllTerminal polls until every task of the workload exists and is in a
