@@ -83,8 +83,9 @@ func TestClusterFloor(t *testing.T) {
 	r.healAll()
 	healed := time.Now()
 	nFaults, faultKinds := r.faultSummary()
+	acked, tried, _ := l.counts()
 	r.logf("healed after %s of faults (%d: %s); %d jobs acknowledged of %d tried", healed.Sub(phaseStart).Round(time.Second),
-		nFaults, faultKinds, l.acked(), l.tried())
+		nFaults, faultKinds, acked, tried)
 
 	// Wait until every acknowledged job has its final record, or nothing
 	// has moved for two minutes: the loop has no reconciler, so a job the
@@ -158,6 +159,7 @@ func TestClusterFloor(t *testing.T) {
 	for _, s := range stalls[:min(5, len(stalls))] {
 		top = append(top, fmt.Sprintf("%s (job %d from %s)", s.d.Round(time.Millisecond), s.id, s.from.Format("15:04:05.000")))
 	}
+	_, _, repeats := l.counts()
 	t.Logf(`floor run figures (the minimal durable loop under TestCluster's faults):
   jobs:           %d acknowledged (%d tried), %d with records, %d dispatches redelivered or repeated
   stranded:       %d created and never finished (nothing looks for them: no reconciler) %s at stream seqs %s
@@ -168,7 +170,7 @@ func TestClusterFloor(t *testing.T) {
   p99 / p50:      %s / %s
   top stalls:     %s
   durations:      faults %s; heal → all finished %s`,
-		l.acked(), l.tried(), len(recs), l.repeats(),
+		acked, tried, len(recs), repeats,
 		len(stranded), idRanges(stranded), idRanges(strandedSeqs), len(lost), idRanges(lost), lostAnswered, consumer,
 		nFaults, faultKinds,
 		pct(1), pct(0.99), pct(0.5), strings.Join(top, ", "),
@@ -198,9 +200,8 @@ const (
 
 // floorLoop is the minimal durable loop's producer and executors.
 type floorLoop struct {
-	t     *testing.T
 	js    []jetstream.JetStream // one per node's connection
-	execs []*floorExec
+	execs []*floorExec          // executor i uses js[i]
 
 	mu       sync.Mutex
 	ack      map[int]bool // acknowledged jobs: true when stored with an answer, false when refused as there
@@ -208,22 +209,22 @@ type floorLoop struct {
 	nRepeats int
 }
 
+// floorExec is one executor's run: stopped by cancel, over when done closes.
 type floorExec struct {
-	js     jetstream.JetStream
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 func newFloorLoop(t *testing.T, conns []*nats.Conn) *floorLoop {
 	t.Helper()
-	l := &floorLoop{t: t, ack: map[int]bool{}}
+	l := &floorLoop{ack: map[int]bool{}}
 	for _, nc := range conns {
 		js, err := jetstream.New(nc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.js = append(l.js, js)
-		l.execs = append(l.execs, &floorExec{js: js})
+		l.execs = append(l.execs, &floorExec{})
 	}
 	// Right after the nodes start, a request may go unanswered: try again.
 	create := func(what string, op func(ctx context.Context) error) {
@@ -323,7 +324,7 @@ func (l *floorLoop) start(i int) {
 		for ctx.Err() == nil {
 			if cons == nil {
 				bctx, bcancel := context.WithTimeout(ctx, 5*time.Second)
-				c, err := e.js.Consumer(bctx, floorStream, floorConsumer)
+				c, err := l.js[i].Consumer(bctx, floorStream, floorConsumer)
 				bcancel()
 				if err != nil {
 					time.Sleep(100 * time.Millisecond)
@@ -373,28 +374,18 @@ func (l *floorLoop) stop(i int) {
 	}
 }
 
-func (l *floorLoop) acked() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ack)
-}
-
 func (l *floorLoop) ackedIDs() map[int]bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return maps.Clone(l.ack)
 }
 
-func (l *floorLoop) tried() int {
+// counts returns how many jobs were acknowledged and tried, and how many
+// dispatches were delivered more than once.
+func (l *floorLoop) counts() (acked, tried, repeats int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.nTried
-}
-
-func (l *floorLoop) repeats() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.nRepeats
+	return len(l.ack), l.nTried, l.nRepeats
 }
 
 // read reads the whole stream (an ordered consumer) into its jobs,
