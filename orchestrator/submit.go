@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +10,14 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/oklog/ulid/v2"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
@@ -150,44 +153,121 @@ func (o *Orchestrator) handleGraph(ctx context.Context, msg jetstream.Msg) error
 			}
 		}
 	}
-	// A task that fails does not stop the others: under faults a graph of
-	// many tasks could otherwise fail as a whole delivery after delivery,
-	// its tasks created early waiting for their effects until one delivery
-	// got through all of them (a chaos run saw a fan-in's upstream wait
-	// 3 minutes so). Its dependents in the graph wait for the next
-	// delivery, which creates them after it, and a few failures say
-	// JetStream is out of reach: the rest waits too, rather than each
-	// waiting out its timeout. The first error has the message redelivered.
-	var first error
-	failures := 0
-	failed := make(map[string]bool) // and the dependents skipped for them
-	for _, s := range sorted {
-		if slices.ContainsFunc(s.DependsOn, func(dep string) bool { return failed[dep] }) {
-			failed[s.ID] = true
-			continue
-		}
-		err := o.create(ctx, s, children[s.ID])
-		if err == nil {
-			continue
-		}
-		var rej errRejected
-		if errors.As(err, &rej) {
-			return o.rejectGraph(ctx, g, msg, fmt.Errorf("task %q: %w", s.ID, rej.reason))
-		}
-		if first == nil {
-			first = err
-		}
-		failed[s.ID] = true
-		if failures++; failures >= graphFailures || ctx.Err() != nil {
-			break
-		}
+	rejected, err := createGraph(ctx, graphLevels(sorted, inGraph), func(ctx context.Context, s task.Spec) error {
+		return o.create(ctx, s, children[s.ID])
+	})
+	if rejected != nil {
+		return o.rejectGraph(ctx, g, msg, rejected)
 	}
-	return first
+	return err
+}
+
+// createGraph creates a graph's tasks level by level, each level's tasks
+// at once (graphWorkers at a time): a task's in-graph upstreams are all in
+// earlier levels, and its record is written after theirs, which name it as
+// a dependent. A task that fails does not stop the others: under faults a
+// graph of many tasks created one by one could fail delivery after
+// delivery on its first tasks, while those created in an earlier delivery
+// with their effects not yet ensured waited for the delivery that reached
+// them (a chaos run saw a fan-in's upstream wait 3 minutes so, and the
+// logs of another most likely one 1 min 29 s). Now every task of a level
+// is tried in every delivery. Only a failed task's in-graph dependents
+// wait for the next delivery, and after graphFailures failures no new
+// creation starts (JetStream is out of reach: the rest waits for the
+// redelivery, rather than each waiting out its timeout). It returns the
+// reason a task was rejected, which rejects the graph, or else the first
+// error, which has the message redelivered.
+func createGraph(ctx context.Context, levels [][]task.Spec, create func(context.Context, task.Spec) error) (rejected, first error) {
+	var (
+		mu       sync.Mutex
+		failures int
+		// failedNow: the level's tasks that failed, added to failed
+		// (which also holds the dependents skipped for them) after it.
+		failedNow []string
+	)
+	failed := make(map[string]bool)
+	stopped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return failures >= graphFailures || rejected != nil || ctx.Err() != nil
+	}
+	for _, level := range levels {
+		var g errgroup.Group
+		g.SetLimit(graphWorkers)
+		for _, s := range level {
+			if slices.ContainsFunc(s.DependsOn, func(dep string) bool { return failed[dep] }) {
+				failed[s.ID] = true
+				continue
+			}
+			g.Go(func() error {
+				if stopped() {
+					return nil // left for the redelivery
+				}
+				err := create(ctx, s)
+				if err == nil {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if rej := (errRejected{}); errors.As(err, &rej) {
+					if rejected == nil {
+						rejected = fmt.Errorf("task %q: %w", s.ID, rej.reason)
+					}
+					return nil
+				}
+				if first == nil {
+					first = err
+				}
+				failures++
+				failedNow = append(failedNow, s.ID)
+				return nil
+			})
+		}
+		_ = g.Wait()
+		if rejected != nil {
+			return rejected, nil
+		}
+		if stopped() {
+			return nil, cmp.Or(first, ctx.Err())
+		}
+		for _, id := range failedNow {
+			failed[id] = true
+		}
+		failedNow = failedNow[:0]
+	}
+	return nil, first
 }
 
 // graphFailures is how many of a graph's tasks may fail in one delivery
-// before the rest wait for the next.
-const graphFailures = 4
+// before the rest wait for the next; graphWorkers, how many of a level's
+// tasks are created at once.
+const (
+	graphFailures = 4
+	graphWorkers  = 16
+)
+
+// graphLevels splits a graph's tasks, sorted so that each follows its
+// in-graph upstreams, into levels: a task's level is one more than its
+// in-graph upstreams' highest, 0 without any. Each level keeps the sorted
+// order.
+func graphLevels(sorted []task.Spec, inGraph map[string]bool) [][]task.Spec {
+	level := make(map[string]int, len(sorted))
+	var levels [][]task.Spec
+	for _, s := range sorted {
+		l := 0
+		for _, dep := range s.DependsOn {
+			if inGraph[dep] {
+				l = max(l, level[dep]+1)
+			}
+		}
+		level[s.ID] = l
+		if l == len(levels) {
+			levels = append(levels, nil)
+		}
+		levels[l] = append(levels[l], s)
+	}
+	return levels
+}
 
 func (o *Orchestrator) rejectGraph(ctx context.Context, g task.Graph, msg jetstream.Msg, reason error) error {
 	if len(g.Tasks) == 0 {
