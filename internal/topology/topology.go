@@ -11,9 +11,11 @@
 package topology
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -506,17 +508,7 @@ func (e *Ensurer) Ensure(ctx context.Context) error {
 	}
 	var buckets []Step
 	for _, cfg := range Buckets(o) {
-		buckets = append(buckets, Step{"bucket " + cfg.Bucket, func() error {
-			r, err := replicas(ctx, js, "KV_"+cfg.Bucket, o)
-			if err != nil {
-				return err
-			}
-			cfg.Replicas = r
-			if _, err := js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
-				return fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
-			}
-			return leaderReads(ctx, js, "KV_"+cfg.Bucket)
-		}})
+		buckets = append(buckets, Step{"bucket " + cfg.Bucket, func() error { return ensureBucket(ctx, js, o, cfg) }})
 	}
 	if err := e.steps.Run(buckets, ensureConcurrency); err != nil {
 		return err
@@ -589,13 +581,18 @@ func replicas(ctx context.Context, js jetstream.JetStream, stream string, o Opti
 	if err != nil {
 		return 0, fmt.Errorf("ensure stream %s: %w", stream, err)
 	}
-	have := s.CachedInfo().Config.Replicas
+	return replicasOf(s.CachedInfo().Config, o)
+}
+
+// replicasOf is replicas for the existing stream cur.
+func replicasOf(cur jetstream.StreamConfig, o Options) (int, error) {
+	have := cur.Replicas
 	switch {
 	case o.Replicas <= 0:
 		return have, nil
 	case o.Replicas < have && !o.AllowFewerReplicas:
 		return 0, fmt.Errorf("stream %s has %d replicas, this process asks for %d: %w (change it explicitly with `ax topology --replicas %d`)",
-			stream, have, o.Replicas, ErrFewerReplicas, o.Replicas)
+			cur.Name, have, o.Replicas, ErrFewerReplicas, o.Replicas)
 	}
 	return o.Replicas, nil
 }
@@ -704,8 +701,68 @@ func keepRetention(ctx context.Context, js jetstream.JetStream, cfg *jetstream.S
 // each message is kept until every consumer reading it acknowledged it.
 var Queues = []string{subject.StreamSubmit, subject.StreamCompleted}
 
-// leaderReads turns off direct gets on a bucket's stream (nats.go creates
-// buckets with them), so its reads are answered by the stream leader.
+// ensureBucket creates a bucket, or brings an existing one's stream to
+// cfg, without direct gets. An existing stream is updated as a stream, not
+// as a bucket: nats.go's bucket update turns direct gets on (its bucket
+// configuration always allows them), and leaderReads turned them off only
+// after it. Anything that bound the bucket in between read it directly
+// from then on: from any replica, even one behind, and, once direct gets
+// were off again, from nobody ("no responders"). A chaos run saw an
+// orchestrator restarted while the store was slow do this: its second
+// step timed out, and the orchestrator's every read of the concurrency
+// slots failed for the minute until it was killed again.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, o Options, cfg jetstream.KeyValueConfig) error {
+	name := "KV_" + cfg.Bucket
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		cfg.Replicas = max(o.Replicas, 1)
+		if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+		}
+		// New, and so bound by nobody yet who would keep its direct gets.
+		return leaderReads(ctx, js, name)
+	}
+	if err != nil {
+		return fmt.Errorf("ensure stream %s: %w", name, err)
+	}
+	cur := st.CachedInfo().Config
+	want := bucketStream(cur, cfg)
+	if want.Replicas, err = replicasOf(cur, o); err != nil {
+		return err
+	}
+	if reflect.DeepEqual(cur, want) {
+		return nil
+	}
+	if _, err := js.UpdateStream(ctx, want); err != nil {
+		return fmt.Errorf("ensure bucket %s: %w", cfg.Bucket, err)
+	}
+	return nil
+}
+
+// bucketStream is the stream cur of a bucket with what cfg sets of it
+// applied, as nats.go's bucket configuration sets it, and without direct
+// gets.
+func bucketStream(cur jetstream.StreamConfig, cfg jetstream.KeyValueConfig) jetstream.StreamConfig {
+	want := cur
+	want.Description = cfg.Description
+	want.MaxMsgsPerSubject = int64(max(cfg.History, 1))
+	want.MaxAge = cfg.TTL
+	want.MaxBytes = cmp.Or(cfg.MaxBytes, -1)
+	want.MaxMsgSize = cmp.Or(cfg.MaxValueSize, -1)
+	want.Duplicates = 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < want.Duplicates {
+		want.Duplicates = cfg.TTL
+	}
+	if cfg.LimitMarkerTTL != 0 {
+		want.AllowMsgTTL, want.SubjectDeleteMarkerTTL = true, cfg.LimitMarkerTTL
+	}
+	want.AllowDirect = false
+	return want
+}
+
+// leaderReads turns off direct gets on a new bucket's stream (nats.go
+// creates buckets with them), so its reads are answered by the stream
+// leader.
 func leaderReads(ctx context.Context, js jetstream.JetStream, stream string) error {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {

@@ -2,8 +2,11 @@ package topology_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -363,5 +366,80 @@ func TestCapabilityExists(t *testing.T) {
 	}
 	if exists() {
 		t.Fatal("exists without its p3 consumer")
+	}
+}
+
+// TestEnsureKeepsBucketsLeaderRead: ensuring an existing topology never
+// turns a bucket's direct gets on, not even for a moment (a process that
+// bound the bucket then would read it from any replica, and get no
+// responders once they were off again), and a bucket whose settings
+// changed is updated without them.
+func TestEnsureKeepsBucketsLeaderRead(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	js, _ := jetstream.New(nc)
+	ctx := testenv.Context(t, 20*time.Second)
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every stream update request, as the server receives it.
+	updates, err := nc.SubscribeSync("$JS.API.STREAM.UPDATE.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A setting changed by hand (a smaller history) is set back.
+	slots := "KV_" + subject.BucketSlots
+	st, err := js.Stream(ctx, slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Description = "changed by hand"
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := topology.Ensure(ctx, js, topology.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The flush's answer came after every request before it: all are
+	// pending.
+	n, _, err := updates.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var updated []string
+	for range n {
+		m, err := updates.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req jetstream.StreamConfig
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Fatalf("update request %s: %v", m.Data, err)
+		}
+		if !strings.HasPrefix(req.Name, "KV_") {
+			continue
+		}
+		if req.AllowDirect {
+			t.Errorf("Ensure asked for direct gets on %s", req.Name)
+		}
+		updated = append(updated, req.Name)
+	}
+	// Ours (the description) and Ensure's; no other bucket changed.
+	if want := []string{slots, slots}; !slices.Equal(updated, want) {
+		t.Errorf("bucket streams updated %v, want %v", updated, want)
+	}
+	for _, b := range topology.Buckets(topology.Options{}) {
+		st, err := js.Stream(ctx, "KV_"+b.Bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config; got.AllowDirect || got.Description != b.Description {
+			t.Errorf("%s: allow_direct %v, description %q; want leader reads, %q", got.Name, got.AllowDirect, got.Description, b.Description)
+		}
 	}
 }
