@@ -105,7 +105,10 @@ func TestDeadlineExpiresWhereverTheTaskIs(t *testing.T) {
 	t.Parallel()
 	srv := testenv.NATS(t)
 	testenv.Orchestrator(t, srv.URL(), orchestrator.Config{})
-	ex := testenv.Executor(t, srv.URL(), executor.Config{})
+	// A started attempt is marked running at its first heartbeat, not at
+	// its start: "running" has to be marked before its deadline, or the
+	// deadline finds it ready.
+	ex := testenv.Executor(t, srv.URL(), executor.Config{Heartbeat: 100 * time.Millisecond})
 	handlerEnded := make(chan error, 1)
 	ex.HandleFunc("block", func(ctx context.Context, _ *executor.Job) (any, error) {
 		<-ctx.Done()
@@ -115,9 +118,20 @@ func TestDeadlineExpiresWhereverTheTaskIs(t *testing.T) {
 	ex.HandleFunc("snooze", func(context.Context, *executor.Job) (any, error) {
 		return nil, executor.RetryAfter(time.Hour, errors.New("later"))
 	})
+	ex.HandleFunc("warm", func(context.Context, *executor.Job) (any, error) { return nil, nil })
 	testenv.Start(t, ex)
 	c := testenv.Client(t, srv.URL())
 	ctx := testenv.Context(t, 30*time.Second)
+	// The executor is taking the default capability's dispatches before
+	// the TTLs below start: "running" must start and be marked well
+	// before its deadline, not race the creation of the capability's
+	// consumers and the executor's first pulls from them.
+	if _, err := c.Submit(ctx, newSpec("warm", "warm")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Wait(ctx, "warm"); err != nil || got.State != task.Succeeded {
+		t.Fatalf("warm-up: %+v %v", got, err)
+	}
 
 	ttl := task.Duration(1500 * time.Millisecond)
 	unserved := newSpec("queued", "x")
@@ -130,7 +144,7 @@ func TestDeadlineExpiresWhereverTheTaskIs(t *testing.T) {
 	retrying := newSpec("retrying", "snooze")
 	retrying.TTL = ttl
 	running := newSpec("running", "block")
-	running.TTL = ttl
+	running.TTL = task.Duration(5 * time.Second) // its first heartbeat's mark comes 50 times sooner
 	downstream := newSpec("downstream", "x", "running")
 	if _, err := c.SubmitGraph(ctx, []task.Spec{unserved, upstream, onDeps, retrying, running, downstream}); err != nil {
 		t.Fatal(err)
