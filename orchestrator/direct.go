@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/groupcommit"
 	"github.com/ax-run/ax/internal/subject"
@@ -155,13 +153,7 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 		return
 	}
 	rep.Results = make([]task.DirectReply, len(b.Messages))
-	// A few workers take the messages in turn, rather than a goroutine
-	// each: a handler's calls run deep (task records are copied by value
-	// down them), and every new goroutine grew its stack to hold them
-	// again, 8 % of the bench's CPU in runtime.copystack.
-	var g errgroup.Group
-	var next atomic.Int64
-	apply := func(i int) {
+	inTurn(len(b.Messages), o.batchWorkers(len(b.Messages)), func(i int) {
 		select {
 		case o.batchItems <- struct{}{}:
 		case <-ctx.Done():
@@ -181,16 +173,7 @@ func (o *Orchestrator) answerDirectBatch(ctx context.Context, m *nats.Msg, store
 			rep.Results[i].Error, outcome = err.Error(), "failed"
 		}
 		o.metrics.DirectAnswered(kind, outcome)
-	}
-	for range min(len(b.Messages), o.batchWorkers(len(b.Messages))) {
-		g.Go(func() error {
-			for i := int(next.Add(1) - 1); i < len(b.Messages); i = int(next.Add(1) - 1) {
-				apply(i)
-			}
-			return nil
-		})
-	}
-	_ = g.Wait()
+	})
 	o.respondJSON(m, rep)
 }
 

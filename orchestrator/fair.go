@@ -341,25 +341,17 @@ func (q *fairQueue) refill(ctx context.Context, lv *fairLevel) {
 // send dispatches popped tasks, fairSendWorkers at a time; one whose
 // dispatch fails goes back to its queue.
 func (q *fairQueue) send(ctx context.Context, out []*fairEntry) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, fairSendWorkers)
-	for _, e := range out {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			err := q.o.publishDispatch(ctx, e.t, e.rev, false)
-			q.o.log.Debug("dispatched from the fairness queue", slog.String("task_id", e.t.ID), slog.Any("error", err))
-			if err != nil && ctx.Err() == nil {
-				q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
-				if !q.add(e.t, e.rev) {
-					q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
-				}
+	inTurn(len(out), fairSendWorkers, func(i int) {
+		e := out[i]
+		err := q.o.publishDispatch(ctx, e.t, e.rev, false)
+		q.o.log.Debug("dispatched from the fairness queue", slog.String("task_id", e.t.ID), slog.Any("error", err))
+		if err != nil && ctx.Err() == nil {
+			q.o.log.Warn("a task queued for fairness was not dispatched; queued again", slog.String("task_id", e.t.ID), slog.Any("error", err))
+			if !q.add(e.t, e.rev) {
+				q.o.log.Warn("a task queued for fairness was not dispatched at the stop; the reconciler dispatches it", slog.String("task_id", e.t.ID))
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // serveOwner answers, until ctx ends, whether this orchestrator still

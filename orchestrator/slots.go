@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/consume"
 	"github.com/ax-run/ax/internal/store"
@@ -523,15 +522,7 @@ func (o *Orchestrator) wakeLater(key string, due []slotWake, settle bool, readEr
 				return
 			}
 			w.mu.Unlock()
-			var g errgroup.Group
-			g.SetLimit(slotWakeWorkers)
-			for _, d := range due {
-				g.Go(func() error {
-					o.wake(ctx, key, d)
-					return nil
-				})
-			}
-			_ = g.Wait()
+			inTurn(len(due), slotWakeWorkers, func(i int) { o.wake(ctx, key, due[i]) })
 			if settle && readErr != nil {
 				if pause == 0 {
 					o.log.Warn("cannot read the tasks waiting for a slot; handing the slot over again shortly", slog.String("key", key), slog.Any("error", readErr))

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/oklog/ulid/v2"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/store"
@@ -192,38 +191,37 @@ func createGraph(ctx context.Context, levels [][]task.Spec, create func(context.
 		return failures >= graphFailures || rejected != nil || ctx.Err() != nil
 	}
 	for _, level := range levels {
-		var g errgroup.Group
-		g.SetLimit(graphWorkers)
+		var try []task.Spec
 		for _, s := range level {
 			if slices.ContainsFunc(s.DependsOn, func(dep string) bool { return failed[dep] }) {
 				failed[s.ID] = true
 				continue
 			}
-			g.Go(func() error {
-				if stopped() {
-					return nil // left for the redelivery
-				}
-				err := create(ctx, s)
-				if err == nil {
-					return nil
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				if rej := (errRejected{}); errors.As(err, &rej) {
-					if rejected == nil {
-						rejected = fmt.Errorf("task %q: %w", s.ID, rej.reason)
-					}
-					return nil
-				}
-				if first == nil {
-					first = err
-				}
-				failures++
-				failedNow = append(failedNow, s.ID)
-				return nil
-			})
+			try = append(try, s)
 		}
-		_ = g.Wait()
+		inTurn(len(try), graphWorkers, func(i int) {
+			s := try[i]
+			if stopped() {
+				return // left for the redelivery
+			}
+			err := create(ctx, s)
+			if err == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if rej := (errRejected{}); errors.As(err, &rej) {
+				if rejected == nil {
+					rejected = fmt.Errorf("task %q: %w", s.ID, rej.reason)
+				}
+				return
+			}
+			if first == nil {
+				first = err
+			}
+			failures++
+			failedNow = append(failedNow, s.ID)
+		})
 		if rejected != nil {
 			return rejected, nil
 		}
