@@ -160,12 +160,20 @@ func acknowledgedSequences(t *testing.T, js jetstream.JetStream, st jetstream.St
 					// A batch whose answer was lost (an R3 leader slow or
 					// changing under load) was stored, and its writes
 					// published again on their own failed their
-					// compare-and-set: a writer re-reads, as AX's do.
-					if m, gerr := st.GetLastMsgForSubject(ctx, subject); gerr == nil && string(m.Data) == data {
-						ack, err = &jetstream.PubAck{Sequence: m.Sequence}, nil
-						mu.Lock()
-						lost++
-						mu.Unlock()
+					// compare-and-set: a writer re-reads, as AX's do. Only
+					// this writer writes its subject, so the write that
+					// moved it on is this one: a read that does not show
+					// it (a new leader still applying, a read that timed
+					// out) is read again, for a while.
+					for try := 0; try < 50 && ctx.Err() == nil; try++ {
+						if m, gerr := st.GetLastMsgForSubject(ctx, subject); gerr == nil && string(m.Data) == data {
+							ack, err = &jetstream.PubAck{Sequence: m.Sequence}, nil
+							mu.Lock()
+							lost++
+							mu.Unlock()
+							break
+						}
+						time.Sleep(100 * time.Millisecond)
 					}
 				}
 				if err != nil {
