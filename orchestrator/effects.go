@@ -356,7 +356,7 @@ func dispatchedReason(t task.Task) string {
 // report's fast path remembers it, the level's idle executors are woken,
 // and (with sweep) its sweep entry and its dispatch timeout are armed.
 func (o *Orchestrator) dispatched(ctx context.Context, t task.Task, rev uint64, sweep bool) error {
-	o.dispatchCache.add(dispatched{task: t, revision: rev})
+	o.dispatchCache.add(&dispatched{task: t, revision: rev})
 	o.bells.ring(t.Capability, t.PriorityLevel())
 	if sweep {
 		if err := o.sweeps.add(ctx, t, "", time.Time{}, o.sweepMemo.dispatched(t.ExecutionID)); err != nil {
