@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ax-run/ax/internal/lifecycle"
+	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
@@ -115,6 +117,128 @@ func TestTriggerReleaseDoesNotRecurse(t *testing.T) {
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
+		}
+	}
+}
+
+// TestRepeatedCascadeStepRearmsTheCancelledDependentsMessage: an
+// upstream's failure cancels its dependent x, whose own message then
+// cancels x's dependent y. A fault between writing x's cancellation and
+// arming x's message (the store out, the orchestrator killed) fails the
+// step; when the upstream's effects run again they find x already
+// cancelled, and must arm x's message again, or y waits for its
+// reconciler's look (a chaos run: 2 minutes).
+func TestRepeatedCascadeStepRearmsTheCancelledDependentsMessage(t *testing.T) {
+	t.Parallel()
+	nc := internalConn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sdk.New(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(id string, deps ...string) task.Spec {
+		s, _ := task.New("work", nil)
+		s.ID, s.Capability, s.DependsOn = id, "nobody", deps
+		return s
+	}
+	if _, err := c.SubmitGraph(ctx, []task.Spec{spec("f"), spec("x", "f"), spec("y", "x")}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if y, _, err := o.store.Get(ctx, "y"); err == nil && y.State == task.Waiting {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the graph was not created")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Nothing consumes the timers from here on: what the repeated step
+	// arms stays in AX_TIMERS to be seen.
+	if err := o.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.runCtx = ctx
+	if err := h.setup(ctx, h.loops()); err != nil {
+		t.Fatal(err)
+	}
+	h.sweeps = newSweepBatcher(h)
+	h.bg.Add(1)
+	go h.sweeps.run(ctx)
+
+	// The first try of f's cascade step: x's cancellation written, its
+	// message lost.
+	x, xRev, err := h.store.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := lifecycle.UpstreamEnded(&x, "f", task.Failed, h.env())
+	if _, err := h.write(ctx, x, xRev, &d.Next, d.Reason); err != nil {
+		t.Fatal(err)
+	}
+	timers, err := h.js.Stream(ctx, subject.StreamTimers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xMessage := func() bool {
+		_, err := timers.GetLastMsgForSubject(ctx, subject.Fire(subject.TimerEffects, "x"))
+		return err == nil
+	}
+	if xMessage() {
+		t.Fatal("x's message is there before the repeated step")
+	}
+	// f's end and its effects, run again.
+	f, fRev, err := h.store.Get(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := h.finished(f, task.Failed)
+	newRev, err := h.write(ctx, f, fRev, next, "attempt 1 failed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.ensureEffects(ctx, *next, newRev); err != nil {
+		t.Fatal(err)
+	}
+	if !xMessage() {
+		t.Fatal("f's repeated cascade step found x cancelled and did not arm x's message again")
+	}
+
+	// An orchestrator takes x's message and cancels y.
+	o2, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = o2.Stop(ctx)
+	})
+	for {
+		y, _, err := o2.store.Get(ctx, "y")
+		if err == nil && y.State == task.Cancelled && y.CancelledBy == "x" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("y not cancelled by x: %+v %v", y, err)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

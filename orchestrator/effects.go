@@ -753,7 +753,26 @@ func (o *Orchestrator) upstreamEnded(ctx context.Context, t, child task.Task, re
 		// Released earlier; its dispatch may not have been published.
 		return o.dispatch(ctx, child, rev)
 	}
+	if child.State.Terminal() {
+		return o.endedBy(ctx, child, t)
+	}
 	return nil
+}
+
+// endedBy is a cascade step finding a dependent already ended. One this
+// upstream's end cancelled gets its effects' message again: the step that
+// cancelled it wrote the record, then armed that message, and a fault in
+// between (the store out, the orchestrator killed) failed the step, whose
+// retry now finds the record ended. Without the message its own dependents
+// waited for their reconciler's look, backed off to minutes (a chaos run:
+// a graph's grandchild 2 minutes after its parent was cancelled). A
+// dependent ended otherwise has its own trigger. Re-arming replaces the
+// message (one per task and kind), and runs only when a step is repeated.
+func (o *Orchestrator) endedBy(ctx context.Context, child, up task.Task) error {
+	if !lifecycle.CancelledByCascade(&child, up.ID) {
+		return nil
+	}
+	return o.armTimer(ctx, subject.TimerEffects, timerFire{ID: child.ID, At: o.now()})
 }
 
 // cancelDependents cancels the direct dependents of a task that did not
@@ -781,7 +800,7 @@ func (o *Orchestrator) cancelBecauseUpstream(ctx context.Context, id string, up 
 			return fmt.Errorf("cancel dependent %s of %s: %w", id, up.ID, err)
 		}
 		if child.State.Terminal() {
-			return nil
+			return o.endedBy(ctx, child, up)
 		}
 		if child.Trigger() != task.TriggerAllSucceeded {
 			// Its rule lets it run after an upstream that did not succeed.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -467,6 +468,18 @@ func ReopenedBy(t *task.Task, upstream string) bool {
 		t.CancelledBy == "" && strings.HasPrefix(t.Reason, "upstream "+upstream+" is "))
 }
 
+// reasonNoneFailed is the reason of an any_failed dependent cancelled
+// because all its upstreams ended and none failed.
+const reasonNoneFailed = "trigger rule any_failed: no upstream failed"
+
+// CancelledByCascade reports whether t was cancelled by the end of its
+// upstream: by that upstream alone (ReopenedBy), or by all its upstreams
+// together under its trigger rule.
+func CancelledByCascade(t *task.Task, upstream string) bool {
+	return ReopenedBy(t, upstream) ||
+		t.State == task.Cancelled && t.CancelledBy == "" && t.Reason == reasonNoneFailed && slices.Contains(t.DependsOn, upstream)
+}
+
 // Resolve decides a waiting task t by its trigger rule's verdict over its
 // upstreams (task.TriggerRule): cancelled (naming decider, the upstream
 // whose end decided it alone, in state deciderState; "" for a rule decided
@@ -482,7 +495,7 @@ func Resolve(t *task.Task, verdict task.Verdict, decider string, deciderState ta
 	case verdict == task.VerdictCancel && decider == "":
 		d.Next = *t
 		finish(&d.Next, task.Cancelled, env.Now)
-		return d.applied("trigger rule any_failed: no upstream failed")
+		return d.applied(reasonNoneFailed)
 	case verdict == task.VerdictCancel:
 		return UpstreamEnded(t, decider, deciderState, env)
 	case verdict == task.VerdictRun && t.StartAt != nil && t.StartAt.After(env.Now):

@@ -461,3 +461,44 @@ func TestCreate(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelledByCascade: a dependent counts as ended by an upstream's
+// cascade when that upstream's end cancelled it (named, or by its reason
+// from before CancelledBy), or when all its upstreams together did under
+// any_failed; not when it ended otherwise or by another upstream.
+func TestCancelledByCascade(t *testing.T) {
+	waiting := task.Task{Spec: task.Spec{ID: "y", DependsOn: []string{"up", "other"}}, State: task.Waiting}
+	written := func(d Decision) task.Task { // the record as written: its reason is the decision's
+		next := d.Next
+		next.Reason = d.Reason
+		return next
+	}
+	byUp := written(UpstreamEnded(&waiting, "up", task.Failed, env()))
+	byOther := written(UpstreamEnded(&waiting, "other", task.Failed, env()))
+	anyFailed := waiting
+	anyFailed.TriggerRule = task.TriggerAnyFailed
+	noneFailed := written(Resolve(&anyFailed, task.VerdictCancel, "", "", env()))
+	legacy := byUp
+	legacy.CancelledBy = ""
+	operator := written(Cancel(&waiting, "cancelled by an operator", env()))
+	for _, c := range []struct {
+		name string
+		t    task.Task
+		want bool
+	}{
+		{"cancelled by up", byUp, true},
+		{"cancelled by up, before CancelledBy", legacy, true},
+		{"cancelled by all its upstreams (any_failed)", noneFailed, true},
+		{"cancelled by another upstream", byOther, false},
+		{"cancelled by an operator", operator, false},
+		{"still waiting", waiting, false},
+	} {
+		if got := CancelledByCascade(&c.t, "up"); got != c.want {
+			t.Errorf("%s (%s, by %q, %q): %v, want %v", c.name, c.t.State, c.t.CancelledBy, c.t.Reason, got, c.want)
+		}
+	}
+	noneFailed.DependsOn = []string{"other"}
+	if CancelledByCascade(&noneFailed, "up") {
+		t.Error("an any_failed dependent of other upstreams counts as ended by up")
+	}
+}
