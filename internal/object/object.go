@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,6 +72,14 @@ func Bucket(bucket string) string {
 	return bucket
 }
 
+// bindTimeout bounds binding a store, one JetStream API request (the
+// stream's info), whatever the caller's deadline: a request lost in a
+// fault is tried again by the caller's retry, not waited out for the
+// whole of a longer deadline (a chaos run: an executor's shard plan held
+// 45 s by three binds of 15 s each). It is nats.go's own default for an
+// API request.
+const bindTimeout = 5 * time.Second
+
 // MaxBound is how many object stores a Stores keeps bound; one bound
 // again after it was dropped costs one more request.
 const MaxBound = 256
@@ -104,7 +113,9 @@ func (s *Stores) Bind(ctx context.Context, bucket string) (jetstream.ObjectStore
 	if ok {
 		return obs, nil
 	}
-	obs, err := s.js.ObjectStore(ctx, bucket)
+	bctx, cancel := context.WithTimeout(ctx, bindTimeout)
+	obs, err := s.js.ObjectStore(bctx, bucket)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("bind object store %s: %w", bucket, err)
 	}

@@ -1,6 +1,7 @@
 package object_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -93,5 +94,33 @@ func TestGetChecksTheDigest(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "KV_AX_CONTROL", name, ""); !errors.Is(err, object.ErrNotObjectStore) {
 		t.Fatalf("another bucket: %v; want ErrNotObjectStore", err)
+	}
+}
+
+// TestBindGivesUpOnAnUnansweredRequest: binding a store is one JetStream
+// API request; one nobody answers (lost in a fault) fails the bind on its
+// own bound, for the caller's retry, not at the caller's (here a minute's)
+// deadline.
+func TestBindGivesUpOnAnUnansweredRequest(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NATS(t)
+	nc := testenv.Conn(t, srv.URL())
+	// The API under a prefix only this test listens on, and never answers.
+	sub, err := nc.SubscribeSync("unanswered.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	js, err := jetstream.NewWithAPIPrefix(nc, "unanswered")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testenv.Context(t, time.Minute)
+	_, err = object.New(js).Bind(ctx, subject.ObjectBucket("email"))
+	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		t.Fatalf("bind: %v (the caller's context: %v); want its own deadline passed, the caller's not", err, ctx.Err())
+	}
+	if _, err := sub.NextMsg(time.Second); err != nil {
+		t.Fatalf("the bind's request was not sent: %v", err)
 	}
 }
