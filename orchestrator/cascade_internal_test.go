@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/subject"
 	"github.com/ax-run/ax/sdk"
@@ -62,31 +64,12 @@ func TestTriggerReleaseDoesNotRecurse(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := graph[len(graph)-1].ID
-	for {
-		if g, _, err := o.store.Get(ctx, last); err == nil && g.State == task.Waiting {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the graph was not created")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitForTask(ctx, t, o, last, "the graph was not created", func(g task.Task) bool { return g.State == task.Waiting })
 	// The upstream's outcome, as its report would write it, then its
 	// effects, applied by an orchestrator of its own (set up, not consuming)
 	// so that its writes are the upstream's handler's alone: the running
 	// one handles the messages those effects arm.
-	h, err := New(nc, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.runCtx = ctx
-	if err := h.setup(ctx, h.loops()); err != nil {
-		t.Fatal(err)
-	}
-	h.sweeps = newSweepBatcher(h)
-	h.bg.Add(1)
-	go h.sweeps.run(ctx)
+	h := handlerOnly(ctx, t, nc)
 	up, rev, err := h.store.Get(ctx, "up")
 	if err != nil {
 		t.Fatal(err)
@@ -106,17 +89,7 @@ func TestTriggerReleaseDoesNotRecurse(t *testing.T) {
 	for i := range children {
 		for j := range grandchildren {
 			id := fmt.Sprintf("grand-%d-%d", i, j)
-			for {
-				g, _, err := o.store.Get(ctx, id)
-				if err == nil && g.State == task.Ready {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					t.Fatalf("%s not released after its parent was cancelled: %+v %v", id, g, err)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
+			waitForTask(ctx, t, o, id, "not released after its parent was cancelled", func(g task.Task) bool { return g.State == task.Ready })
 		}
 	}
 }
@@ -152,32 +125,13 @@ func TestRepeatedCascadeStepRearmsTheCancelledDependentsMessage(t *testing.T) {
 	if _, err := c.SubmitGraph(ctx, []task.Spec{spec("f"), spec("x", "f"), spec("y", "x")}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if y, _, err := o.store.Get(ctx, "y"); err == nil && y.State == task.Waiting {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("the graph was not created")
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	waitForTask(ctx, t, o, "y", "the graph was not created", func(g task.Task) bool { return g.State == task.Waiting })
 	// Nothing consumes the timers from here on: what the repeated step
 	// arms stays in AX_TIMERS to be seen.
 	if err := o.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(nc, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.runCtx = ctx
-	if err := h.setup(ctx, h.loops()); err != nil {
-		t.Fatal(err)
-	}
-	h.sweeps = newSweepBatcher(h)
-	h.bg.Add(1)
-	go h.sweeps.run(ctx)
+	h := handlerOnly(ctx, t, nc)
 
 	// The first try of f's cascade step: x's cancellation written, its
 	// message lost.
@@ -230,14 +184,39 @@ func TestRepeatedCascadeStepRearmsTheCancelledDependentsMessage(t *testing.T) {
 		defer cancel()
 		_ = o2.Stop(ctx)
 	})
+	waitForTask(ctx, t, o2, "y", "not cancelled by x", func(y task.Task) bool { return y.State == task.Cancelled && y.CancelledBy == "x" })
+}
+
+// handlerOnly returns an orchestrator set up but not consuming, so that the
+// writes a test makes through it are its handler's alone; a running one
+// handles the messages its effects arm.
+func handlerOnly(ctx context.Context, t *testing.T, nc *nats.Conn) *Orchestrator {
+	t.Helper()
+	h, err := New(nc, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.runCtx = ctx
+	if err := h.setup(ctx, h.loops()); err != nil {
+		t.Fatal(err)
+	}
+	h.sweeps = newSweepBatcher(h)
+	h.bg.Add(1)
+	go h.sweeps.run(ctx)
+	return h
+}
+
+// waitForTask waits until the record of id, read through o, satisfies ok.
+func waitForTask(ctx context.Context, t *testing.T, o *Orchestrator, id, what string, ok func(task.Task) bool) {
+	t.Helper()
 	for {
-		y, _, err := o2.store.Get(ctx, "y")
-		if err == nil && y.State == task.Cancelled && y.CancelledBy == "x" {
-			break
+		got, _, err := o.store.Get(ctx, id)
+		if err == nil && ok(got) {
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("y not cancelled by x: %+v %v", y, err)
+			t.Fatalf("%s: %s: %+v %v", id, what, got, err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
