@@ -10,7 +10,6 @@ import (
 
 	"github.com/ax-run/ax/internal/lifecycle"
 	"github.com/ax-run/ax/internal/subject"
-	"github.com/ax-run/ax/sdk"
 	"github.com/ax-run/ax/task"
 )
 
@@ -24,25 +23,8 @@ import (
 // released, by its parent's own message.
 func TestTriggerReleaseDoesNotRecurse(t *testing.T) {
 	t.Parallel()
-	nc := internalConn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	o, err := New(nc, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = o.Stop(ctx)
-	})
-	c, err := sdk.New(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, c, ctx := startInternal(t, Config{})
+	nc := o.nc
 	const children, grandchildren = 8, 8
 	spec := func(id string, rule task.TriggerRule, deps ...string) task.Spec {
 		s, _ := task.New("work", nil)
@@ -103,20 +85,8 @@ func TestTriggerReleaseDoesNotRecurse(t *testing.T) {
 // reconciler's look (a chaos run: 2 minutes).
 func TestRepeatedCascadeStepRearmsTheCancelledDependentsMessage(t *testing.T) {
 	t.Parallel()
-	nc := internalConn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	o, err := New(nc, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := sdk.New(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o, c, ctx := startInternal(t, Config{})
+	nc := o.nc
 	spec := func(id string, deps ...string) task.Spec {
 		s, _ := task.New("work", nil)
 		s.ID, s.Capability, s.DependsOn = id, "nobody", deps
@@ -172,18 +142,7 @@ func TestRepeatedCascadeStepRearmsTheCancelledDependentsMessage(t *testing.T) {
 	}
 
 	// An orchestrator takes x's message and cancels y.
-	o2, err := New(nc, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o2.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = o2.Stop(ctx)
-	})
+	o2 := startOn(ctx, t, nc, Config{})
 	waitForTask(ctx, t, o2, "y", "not cancelled by x", func(y task.Task) bool { return y.State == task.Cancelled && y.CancelledBy == "x" })
 }
 

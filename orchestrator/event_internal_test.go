@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ax-run/ax/internal/subject"
@@ -22,6 +23,17 @@ func startInternal(t *testing.T, cfg Config) (*Orchestrator, *sdk.Client, contex
 	nc := internalConn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	o := startOn(ctx, t, nc, cfg)
+	c, err := sdk.New(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, c, ctx
+}
+
+// startOn starts an orchestrator on nc with cfg, stopped when the test ends.
+func startOn(ctx context.Context, t *testing.T, nc *nats.Conn, cfg Config) *Orchestrator {
+	t.Helper()
 	o, err := New(nc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -34,11 +46,7 @@ func startInternal(t *testing.T, cfg Config) (*Orchestrator, *sdk.Client, contex
 		defer cancel()
 		_ = o.Stop(ctx)
 	})
-	c, err := sdk.New(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return o, c, ctx
+	return o
 }
 
 // TestCancelEventBetweenAcceptanceAndRegistration: an event stored after a

@@ -25,18 +25,7 @@ func TestSlotWaitThatLostItsWriteLooksAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	limit := task.KeyLimit{Key: "k", Concurrency: 1}
-	o, err := New(nc, Config{ReconcileInterval: time.Minute, KeyLimits: []task.KeyLimit{limit}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = o.Stop(ctx)
-	})
+	o := startOn(ctx, t, nc, Config{ReconcileInterval: time.Minute, KeyLimits: []task.KeyLimit{limit}})
 	c, err := sdk.New(ctx, nc)
 	if err != nil {
 		t.Fatal(err)
