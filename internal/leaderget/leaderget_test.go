@@ -229,15 +229,29 @@ func TestReadsOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream(t, js, "LG", 3)
-	ctx := testenv.Context(t, 30*time.Second)
+	ctx := testenv.Context(t, time.Minute)
 	for i, srv := range c.Servers {
 		js, err := jetstream.New(testenv.Conn(t, srv.ClientURL()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		st := leaderget.NewLazy(js, "LG", leaderget.New(js))
-		if err := st.Bind(ctx); err != nil {
-			t.Fatalf("bind through server %d: %v", i+1, err)
+		// A bind is one API request, which a cluster just formed may
+		// leave unanswered (a fresh clone's CI run saw one through server
+		// 2 wait out 30 s): each try has its own 5 s, as a caller that
+		// retries would.
+		for {
+			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := st.Bind(tctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("bind through server %d: %v", i+1, err)
+			}
+			t.Logf("bind through server %d: %v; trying again", i+1, err)
+			time.Sleep(100 * time.Millisecond)
 		}
 		got, err := st.GetLastMsgForSubject(ctx, "LG.a.1")
 		if err != nil {
