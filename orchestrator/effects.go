@@ -767,7 +767,9 @@ func (o *Orchestrator) upstreamEnded(ctx context.Context, t, child task.Task, re
 // waited for their reconciler's look, backed off to minutes (a chaos run:
 // a graph's grandchild 2 minutes after its parent was cancelled). A
 // dependent ended otherwise has its own trigger. Re-arming replaces the
-// message (one per task and kind), and runs only when a step is repeated.
+// message (one per task and kind) and costs one publish; it happens when a
+// step is repeated, or when an any_failed dependent's upstreams end at
+// once (each upstream's step at most once), never per path of the DAG.
 func (o *Orchestrator) endedBy(ctx context.Context, child, up task.Task) error {
 	if !lifecycle.CancelledByCascade(&child, up.ID) {
 		return nil
